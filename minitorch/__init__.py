@@ -1,0 +1,35 @@
+"""minitorch: a small PyTorch-like framework whose every kernel you write in CUDA C.
+
+Phase 1 (GPU memory) provides devices, tensors and the mechanism that puts your code into the
+package. In a notebook, ``%load_ext minitorch`` registers the ``%%kernel`` and ``%%module`` cell magics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from minitorch.backend import DeviceError, cuda_available, get_device, set_device
+from minitorch.kernels import (
+    KernelCompileError,
+    KernelLaunchError,
+    KernelNotWrittenError,
+    load_kernel,
+    load_module,
+    workspace_dir,
+)
+from minitorch.tensor import Tensor, empty, from_numpy, full, ones, randn, tensor, zeros
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DeviceError", "KernelCompileError", "KernelLaunchError", "KernelNotWrittenError", "Tensor",
+    "cuda_available", "empty", "from_numpy", "full", "get_device", "load_kernel", "load_module",
+    "ones", "randn", "set_device", "tensor", "workspace_dir", "zeros",
+]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext minitorch``: registers ``%%kernel`` and ``%%module``."""
+    from minitorch.kernels import register_magics
+
+    register_magics(ipython)

@@ -1,0 +1,267 @@
+"""Devices and backends: one small interface over CuPy, the CUDA C emulator and NumPy.
+
+Three devices, one API:
+
+- ``cuda``: arrays are ``cupy.ndarray``; kernels are compiled by ``cupy.RawModule`` (NVRTC).
+- ``emu``:  arrays are guarded host buffers; the *same* CUDA C is compiled for the CPU by
+  :mod:`minitorch.emu`. Correctness only: it says nothing about speed.
+- ``cpu``:  arrays are NumPy arrays; runs no CUDA C. The float64-capable reference path.
+
+Pick one with :func:`set_device` or the ``MINITORCH_DEVICE`` environment variable. The default is
+``cuda`` when CuPy imports and sees a GPU, otherwise ``emu``.
+
+The module-level functions (``RawModule``, ``asarray``, ``asnumpy``, ``empty``, ``zeros``,
+``synchronize``) dispatch to the active backend, so lab code written against them runs unchanged
+on every device, exactly as it would against CuPy.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+DEVICES: tuple[str, ...] = ("cuda", "emu", "cpu")
+
+Shape = int | Sequence[int]
+
+
+class DeviceError(RuntimeError):
+    """A device was asked for that does not exist or cannot be used on this machine."""
+
+
+class Backend:
+    """What every device provides. Subclasses wrap CuPy, the emulator and NumPy."""
+
+    name: str = ""
+    runs_kernels: bool = True
+
+    def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802 (CuPy's name)
+                  name_expressions: Sequence[str] | None = None) -> Any:
+        raise NotImplementedError
+
+    def asarray(self, host: np.ndarray) -> Any:
+        """Copy a host array to the device (host-to-device)."""
+        raise NotImplementedError
+
+    def asnumpy(self, array: Any) -> np.ndarray:
+        """Copy a device array to a new host array (device-to-host)."""
+        raise NotImplementedError
+
+    def empty(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        raise NotImplementedError
+
+    def zeros(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Wait until all work launched on the device has finished."""
+
+    def is_device_array(self, x: Any) -> bool:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """A one-line description for progress records and benchmark files."""
+        return self.name
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self) -> None:
+        import cupy  # imported lazily: CPU-only machines never need it
+
+        self.cupy = cupy
+
+    def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802
+                  name_expressions: Sequence[str] | None = None) -> Any:
+        return self.cupy.RawModule(code=code, options=tuple(options),
+                                   name_expressions=name_expressions)
+
+    def asarray(self, host: np.ndarray) -> Any:
+        return self.cupy.asarray(host)
+
+    def asnumpy(self, array: Any) -> np.ndarray:
+        return self.cupy.asnumpy(array)
+
+    def empty(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        return self.cupy.empty(shape, dtype=dtype)
+
+    def zeros(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        return self.cupy.zeros(shape, dtype=dtype)
+
+    def synchronize(self) -> None:
+        self.cupy.cuda.get_current_stream().synchronize()
+
+    def is_device_array(self, x: Any) -> bool:
+        return isinstance(x, self.cupy.ndarray)
+
+    def describe(self) -> str:
+        props = self.cupy.cuda.runtime.getDeviceProperties(self.cupy.cuda.Device().id)
+        name = props["name"]
+        return "cuda: " + (name.decode() if isinstance(name, bytes) else str(name))
+
+
+class EmuBackend(Backend):
+    name = "emu"
+
+    def __init__(self) -> None:
+        try:
+            from minitorch import emu
+        except ImportError as exc:  # a broken install, not a learner error
+            raise DeviceError(f"the 'emu' device could not be loaded: {exc}") from exc
+        self.emu = emu
+
+    def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802
+                  name_expressions: Sequence[str] | None = None) -> Any:
+        return self.emu.RawModule(code=code, options=tuple(options),
+                                  name_expressions=name_expressions)
+
+    def asarray(self, host: np.ndarray) -> Any:
+        return self.emu.asarray(host)
+
+    def asnumpy(self, array: Any) -> np.ndarray:
+        return self.emu.asnumpy(array)
+
+    def empty(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        return self.emu.empty(shape, dtype=dtype)
+
+    def zeros(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        return self.emu.zeros(shape, dtype=dtype)
+
+    def synchronize(self) -> None:
+        self.emu.synchronize()
+
+    def is_device_array(self, x: Any) -> bool:
+        return isinstance(x, self.emu.DeviceArray)
+
+    def describe(self) -> str:
+        return "emu: CUDA C emulator on the CPU"
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+    runs_kernels = False
+
+    def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802
+                  name_expressions: Sequence[str] | None = None) -> Any:
+        raise DeviceError("the 'cpu' device runs no CUDA C: use 'cuda' on an NVIDIA GPU, or 'emu' "
+                          "(the CUDA C emulator) anywhere else: minitorch.set_device('emu')")
+
+    def asarray(self, host: np.ndarray) -> np.ndarray:
+        return np.array(host, copy=True)  # a copy, as a real host-to-device transfer would be
+
+    def asnumpy(self, array: Any) -> np.ndarray:
+        return np.array(array, copy=True)
+
+    def empty(self, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+        return np.empty(shape, dtype=dtype)
+
+    def zeros(self, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
+        return np.zeros(shape, dtype=dtype)
+
+    def is_device_array(self, x: Any) -> bool:
+        return isinstance(x, np.ndarray)
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_status() -> tuple[bool, str]:
+    """Whether CuPy can use a GPU here, and why not if it cannot."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install raising anything
+        return False, f"CuPy is not installed ({exc.__class__.__name__}: {exc})"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return False, f"CuPy found no usable CUDA driver ({exc})"
+    if count < 1:
+        return False, "CuPy sees no NVIDIA GPU"
+    return True, ""
+
+
+def cuda_available() -> bool:
+    return cuda_status()[0]
+
+
+def _check_name(name: str) -> str:
+    if name not in DEVICES:
+        raise ValueError(f"unknown device {name!r}: expected one of {', '.join(map(repr, DEVICES))}")
+    return name
+
+
+def default_device() -> str:
+    """``MINITORCH_DEVICE`` if set, else ``cuda`` when a GPU is usable, else ``emu``."""
+    env = os.environ.get("MINITORCH_DEVICE", "").strip()
+    if env:
+        return _check_name(env)
+    return "cuda" if cuda_available() else "emu"
+
+
+_BACKENDS: dict[str, Backend] = {}
+_active: str | None = None
+
+
+def get_backend(name: str | None = None) -> Backend:
+    """The backend object for ``name`` (default: the active device), created on first use."""
+    name = _check_name(name) if name is not None else get_device()
+    if name not in _BACKENDS:
+        if name == "cuda":
+            ok, why = cuda_status()
+            if not ok:
+                raise DeviceError(f"the 'cuda' device is not usable here: {why}. Use 'emu' (the CUDA C "
+                                  "emulator) instead: minitorch.set_device('emu') or MINITORCH_DEVICE=emu")
+            _BACKENDS[name] = CudaBackend()
+        elif name == "emu":
+            _BACKENDS[name] = EmuBackend()
+        else:
+            _BACKENDS[name] = CpuBackend()
+    return _BACKENDS[name]
+
+
+def set_device(name: str) -> None:
+    """Make ``name`` ('cuda', 'emu' or 'cpu') the active device; fails at once if it is unusable."""
+    global _active
+    get_backend(_check_name(name))
+    _active = name
+
+
+def get_device() -> str:
+    """The active device's name."""
+    global _active
+    if _active is None:
+        _active = default_device()
+    return _active
+
+
+# Module-level functions with CuPy's names, for the active backend -----------------------------
+
+def RawModule(code: str, options: Sequence[str] = (),  # noqa: N802 (CuPy's name)
+              name_expressions: Sequence[str] | None = None) -> Any:
+    return get_backend().RawModule(code, options, name_expressions)
+
+
+def asarray(host: np.ndarray) -> Any:
+    return get_backend().asarray(host)
+
+
+def asnumpy(array: Any) -> np.ndarray:
+    return get_backend().asnumpy(array)
+
+
+def empty(shape: Shape, dtype: Any = np.float32) -> Any:
+    return get_backend().empty(shape, dtype)
+
+
+def zeros(shape: Shape, dtype: Any = np.float32) -> Any:
+    return get_backend().zeros(shape, dtype)
+
+
+def synchronize() -> None:
+    get_backend().synchronize()
+
+
+def is_device_array(x: Any) -> bool:
+    return get_backend().is_device_array(x)

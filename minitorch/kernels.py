@@ -1,0 +1,361 @@
+"""Learner code: the workspace, the ``%%kernel`` / ``%%module`` cell magics, and kernel loading.
+
+A lab cell that starts with ``%%kernel memory.cu`` writes its body into the learner's workspace
+(atomically) and compiles it at once, so a compile error shows in that cell with the learner's line
+numbers. Framework code then loads kernels by file and function name::
+
+    fill = load_kernel("memory.cu", "fill")
+    fill((blocks,), (threads,), (out, numpy.float32(1.0), numpy.int64(n)))
+
+Modules are cached by backend and the SHA-256 of the source, so re-running a cell picks up the new
+code and re-running an unchanged one costs nothing. Every launch is counted, so a grader can tell a
+result computed by the learner's kernel from one computed some other way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+import threading
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from minitorch import backend
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+LEARNER_SUFFIXES = (".cu", ".cuh", ".py")
+TODO_MARKER = "MINITORCH_TODO"
+
+
+@dataclass(frozen=True)
+class LearnerFile:
+    """Where a learner file is written: the phase, its lab notebook, and the cell's heading."""
+
+    phase: str
+    lab: str
+    cell: str
+
+
+# Every file a lab writes. A test checks this against the solution notebooks.
+KERNEL_FILES: dict[str, LearnerFile] = {
+    "memory.cu": LearnerFile("phase1", "labs/phase1_memory.ipynb", "Exercise 2: fill and copy kernels"),
+    "memory.py": LearnerFile("phase1", "labs/phase1_memory.ipynb", "Exercise 3: launching your kernels"),
+}
+
+
+class KernelNotWrittenError(FileNotFoundError):
+    """The learner has not yet run the lab cell that writes this file."""
+
+
+class KernelCompileError(RuntimeError):
+    """The learner's CUDA C did not compile (same type on every device)."""
+
+
+class KernelLaunchError(RuntimeError):
+    """A launch failed; the message names the kernel and its file."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Workspace
+
+def workspace_dir() -> Path:
+    """``MINITORCH_WORKSPACE`` if set, else ``minitorch/csrc`` inside the package."""
+    env = os.environ.get("MINITORCH_WORKSPACE")
+    return Path(env).expanduser().resolve() if env else PACKAGE_DIR / "csrc"
+
+
+def _check_filename(filename: str) -> str:
+    if not filename or os.sep in filename or (os.altsep and os.altsep in filename) or filename.startswith("."):
+        raise ValueError(f"expected a plain file name such as 'memory.cu', got {filename!r}")
+    if not filename.endswith(LEARNER_SUFFIXES):
+        raise ValueError(f"expected a file ending in {', '.join(LEARNER_SUFFIXES)}, got {filename!r}")
+    return filename
+
+
+def source_path(filename: str) -> Path:
+    return workspace_dir() / _check_filename(filename)
+
+
+def _not_written(filename: str) -> KernelNotWrittenError:
+    where = KERNEL_FILES.get(filename)
+    if where is None:
+        return KernelNotWrittenError(f"{filename} does not exist in your workspace ({workspace_dir()}).")
+    return KernelNotWrittenError(
+        f"{filename} has not been written yet: run the cell starting with "
+        f"'%%{'module' if filename.endswith('.py') else 'kernel'} {filename}' under "
+        f"\"{where.cell}\" in {where.lab} (workspace: {workspace_dir()}).")
+
+
+def read_source(filename: str) -> str:
+    path = source_path(filename)
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise _not_written(filename) from None
+
+
+def write_source(filename: str, text: str) -> Path:
+    """Write a learner file atomically (a crash mid-write never leaves half a kernel behind)."""
+    path = source_path(filename)
+    if TODO_MARKER in text:
+        where = KERNEL_FILES.get(filename)
+        cell = f' ("{where.cell}" in {where.lab})' if where else ""
+        raise NotImplementedError(f"{filename}: this cell{cell} still contains a TODO stub "
+                                  f"({TODO_MARKER}). Replace it with your code, then run the cell again.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{filename}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernel signatures (for argument checks on every device)
+
+_KERNEL_DEF = re.compile(r'extern\s+"C"\s+__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+'
+                         r'(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(([^)]*)\)')
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def kernel_signatures(source: str) -> dict[str, list[str]]:
+    """``{name: [parameter declarations]}`` for every ``extern "C" __global__`` kernel in ``source``."""
+    found: dict[str, list[str]] = {}
+    for match in _KERNEL_DEF.finditer(_COMMENTS.sub(" ", source)):
+        params = [" ".join(p.split()) for p in match.group(2).split(",") if p.strip()]
+        found[match.group(1)] = [] if params == ["void"] else params
+    return found
+
+
+def _param_base_type(decl: str) -> str:
+    """``'const float* __restrict__ x'`` -> ``'float*'``; ``'float value'`` -> ``'float'``."""
+    words = [w for w in re.split(r"\s+|(?=\*)|(?<=\*)", decl) if w and w not in
+             ("const", "volatile", "__restrict__", "restrict")]
+    pointer = "*" if "*" in words else ""
+    names = [w for w in words if w != "*"]
+    base = " ".join(names[:-1]) if len(names) > 1 else (names[0] if names else "")
+    return base + pointer
+
+
+_FLOAT_PARAMS = {"float", "__half", "half", "__nv_bfloat16"}
+_INT_PARAMS = {"int", "unsigned", "unsigned int", "int32_t", "uint32_t", "short", "char",
+               "unsigned char", "bool"}
+
+
+def check_args(filename: str, function: str, params: list[str] | None, args: Sequence[Any]) -> None:
+    """Catch the classic CuPy packing bugs before they turn into silent garbage.
+
+    CuPy packs a Python ``float`` as a 64-bit double and a Python ``int`` as a 64-bit integer; a
+    ``float`` or ``int`` parameter then reads half of it. The emulator checks this exactly; on
+    ``cuda`` this best-effort check on the parsed signature gives the same advice.
+    """
+    if params is None:
+        return
+    signature = f"{function}({', '.join(params)})"
+    if len(args) != len(params):
+        raise TypeError(f"{signature} in {filename} takes {len(params)} arguments, got {len(args)}")
+    for i, (arg, decl) in enumerate(zip(args, params)):
+        kind = _param_base_type(decl)
+        if isinstance(arg, bool):
+            continue
+        if isinstance(arg, float) and kind in _FLOAT_PARAMS:
+            raise TypeError(f"argument #{i} of {signature}: a Python float is packed as a 64-bit double "
+                            f"but the parameter is `{kind}`, which would read half of it. "
+                            f"Pass numpy.float32(x) instead.")
+        if isinstance(arg, int) and kind in _INT_PARAMS:
+            raise TypeError(f"argument #{i} of {signature}: a Python int is packed as a 64-bit integer "
+                            f"but the parameter is `{kind}`. Pass numpy.int32(x) (or declare the "
+                            f"parameter `long long`).")
+        if isinstance(arg, np.ndarray):
+            raise TypeError(f"argument #{i} of {signature}: got a NumPy (host) array; kernels need device "
+                            f"arrays. Copy it first: minitorch.backend.asarray(a).")
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading kernels
+
+_modules: dict[tuple, Any] = {}
+_launches: dict[tuple[str, str], int] = {}
+_lock = threading.Lock()
+
+
+def _compile_error(filename: str, device: str, exc: BaseException) -> KernelCompileError:
+    log = exc.get_message() if hasattr(exc, "get_message") else str(exc)
+    # NVRTC names the source after a temporary file; name it after the learner's file instead.
+    log = re.sub(r"[^\s:()]*?\.(?:cu|cpp|cc)(?=\(\d+\)|:\d+)", filename, log)
+    return KernelCompileError(f"{filename} did not compile for the '{device}' device:\n{log}")
+
+
+def _is_compile_exception(exc: BaseException) -> bool:
+    return type(exc).__name__ in ("CompileException", "CompileError")
+
+
+def compile_module(filename: str, source: str, options: Sequence[str] = (),
+                   name_expressions: Sequence[str] | None = None) -> Any:
+    """The backend's RawModule for this exact source, compiled once per (device, source, options)."""
+    device = backend.get_device()
+    opts = tuple(options)
+    if device == "cuda" and "-lineinfo" not in opts:
+        opts = opts + ("-lineinfo",)  # lets compute-sanitizer name the learner's source line
+    key = (device, sha256_text(source), opts, tuple(name_expressions or ()))
+    with _lock:
+        module = _modules.get(key)
+        if module is None:
+            try:
+                module = backend.RawModule(source, opts, name_expressions)
+                if hasattr(module, "compile"):
+                    module.compile()
+            except Exception as exc:
+                if _is_compile_exception(exc):
+                    raise _compile_error(filename, device, exc) from None
+                raise
+            _modules[key] = module
+    return module
+
+
+class Kernel:
+    """A learner's kernel, called exactly like a CuPy RawKernel: ``k(grid, block, args, shared_mem=0)``."""
+
+    def __init__(self, filename: str, function: str, raw: Any, params: list[str] | None) -> None:
+        self.filename = filename
+        self.function = function
+        self.params = params
+        self._raw = raw
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.function} from {self.filename}>"
+
+    def __call__(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int = 0, **kwargs: Any) -> None:
+        args = tuple(args)
+        check_args(self.filename, self.function, self.params, args)
+        trace = os.environ.get("MINITORCH_LAUNCH_TRACE")
+        if trace:  # the grader reads this to name the kernel that was running when a test hung or crashed
+            Path(trace).write_text(f"{self.filename}:{self.function} grid={grid} block={block}\n")
+        with _lock:
+            key = (self.filename, self.function)
+            _launches[key] = _launches.get(key, 0) + 1
+        try:
+            self._raw(_as_dims(grid), _as_dims(block), args, shared_mem=shared_mem, **kwargs)
+            if os.environ.get("MINITORCH_SYNC_LAUNCHES") == "1":
+                backend.synchronize()  # surfaces asynchronous faults here, attributed to this kernel
+        except (TypeError, ValueError):
+            raise
+        except Exception as exc:
+            if _is_compile_exception(exc):
+                raise _compile_error(self.filename, backend.get_device(), exc) from None
+            raise KernelLaunchError(f"kernel `{self.function}` from {self.filename} failed "
+                                    f"(grid={grid}, block={block}): {exc}") from exc
+
+
+def _as_dims(dims: Any) -> tuple[int, ...]:
+    if isinstance(dims, (int, np.integer)):
+        return (int(dims),)
+    return tuple(int(d) for d in dims)
+
+
+def load_kernel(filename: str, function: str, options: Sequence[str] = (),
+                name_expressions: Sequence[str] | None = None) -> Kernel:
+    """The current version of ``function`` from the learner's ``filename``, compiled for the active device."""
+    source = read_source(filename)
+    module = compile_module(filename, source, options, name_expressions)
+    signatures = kernel_signatures(source)
+    if function not in signatures and not name_expressions:
+        defined = ", ".join(sorted(signatures)) or "none"
+        raise KernelCompileError(f"{filename} defines no kernel `extern \"C\" __global__ void {function}(...)` "
+                                 f"(kernels defined: {defined}).")
+    try:
+        raw = module.get_function(function)
+    except Exception as exc:
+        if _is_compile_exception(exc):
+            raise _compile_error(filename, backend.get_device(), exc) from None
+        raise
+    return Kernel(filename, function, raw, signatures.get(function))
+
+
+def launch_count(filename: str, function: str) -> int:
+    """How many times ``function`` from ``filename`` was launched since the last reset."""
+    return _launches.get((filename, function), 0)
+
+
+def reset_launch_counts() -> None:
+    with _lock:
+        _launches.clear()
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading Python modules written by the learner
+
+_py_modules: dict[str, tuple[str, types.ModuleType]] = {}
+
+
+def load_module(filename: str) -> types.ModuleType:
+    """Import the learner's ``filename`` (e.g. ``memory.py``), re-importing whenever its source changes."""
+    if not filename.endswith(".py"):
+        raise ValueError(f"expected a Python file name such as 'memory.py', got {filename!r}")
+    path = source_path(filename)
+    source = read_source(filename)
+    digest = sha256_text(source)
+    cached = _py_modules.get(str(path))
+    if cached and cached[0] == digest:
+        return cached[1]
+    name = f"minitorch.workspace.{Path(filename).stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    _py_modules[str(path)] = (digest, module)
+    return module
+
+
+# ---------------------------------------------------------------------------------------------
+# Cell magics
+
+def _summary(path: Path, text: str) -> str:
+    return f"wrote {path.name} ({len(text.splitlines())} lines, sha256 {sha256_text(text)[:12]}) to {path.parent}"
+
+
+def kernel_magic(line: str, cell: str) -> None:
+    """``%%kernel memory.cu``: write the cell to the workspace, then compile it for the active device."""
+    filename = line.strip()
+    path = write_source(filename, cell)
+    device = backend.get_device()
+    if not backend.get_backend().runs_kernels:
+        print(_summary(path, cell) + f"; not compiled (the '{device}' device runs no CUDA C)")
+        return
+    compile_module(filename, cell)
+    names = ", ".join(kernel_signatures(cell)) or "no extern \"C\" kernels"
+    print(_summary(path, cell) + f"; compiled for '{device}': {names}")
+
+
+def module_magic(line: str, cell: str) -> None:
+    """``%%module memory.py``: write the cell to the workspace, then import it to surface errors now."""
+    filename = line.strip()
+    path = write_source(filename, cell)
+    load_module(filename)
+    print(_summary(path, cell))
+
+
+def register_magics(ipython: Any) -> None:
+    ipython.register_magic_function(kernel_magic, magic_kind="cell", magic_name="kernel")
+    ipython.register_magic_function(module_magic, magic_kind="cell", magic_name="module")

@@ -1,0 +1,118 @@
+"""The learner-code mechanism: workspace, atomic writes, TODO stubs, loading, argument checks."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from minitorch import kernels
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_workspace_override(workspace):
+    assert kernels.workspace_dir() == workspace.resolve()
+    path = kernels.write_source("memory.cu", "// hello\n")
+    assert path == workspace.resolve() / "memory.cu"
+    assert path.read_text() == "// hello\n"
+    assert [p.name for p in workspace.iterdir()] == ["memory.cu"]  # no temporary file left behind
+
+
+def test_default_workspace_is_inside_the_package(monkeypatch):
+    monkeypatch.delenv("MINITORCH_WORKSPACE", raising=False)
+    assert kernels.workspace_dir() == Path(kernels.__file__).resolve().parent / "csrc"
+
+
+@pytest.mark.parametrize("bad", ["../escape.cu", "sub/dir.cu", ".hidden.cu", "notes.txt", ""])
+def test_rejects_unsafe_or_unknown_file_names(workspace, bad):
+    with pytest.raises(ValueError, match="expected"):
+        kernels.write_source(bad, "x")
+
+
+def test_todo_stub_is_refused_and_previous_version_kept(workspace):
+    kernels.write_source("memory.cu", "// version 1\n")
+    with pytest.raises(NotImplementedError, match=r"Exercise 2: fill and copy kernels.*TODO stub"):
+        kernels.write_source("memory.cu", 'MINITORCH_TODO("write fill");\n')
+    assert (workspace / "memory.cu").read_text() == "// version 1\n"
+
+
+def test_missing_kernel_names_the_lab_and_cell(workspace):
+    with pytest.raises(kernels.KernelNotWrittenError) as err:
+        kernels.load_kernel("memory.cu", "fill")
+    message = str(err.value)
+    assert "%%kernel memory.cu" in message
+    assert "labs/phase1_memory.ipynb" in message and "Exercise 2: fill and copy kernels" in message
+    with pytest.raises(kernels.KernelNotWrittenError, match="%%module memory.py"):
+        kernels.load_module("memory.py")
+
+
+def test_registry_matches_the_solution_notebooks():
+    """Each registered file is written by a cell of that lab, under the registered heading."""
+    for filename, where in kernels.KERNEL_FILES.items():
+        notebook = ROOT / "solutions" / Path(where.lab).name
+        cells = json.loads(notebook.read_text())["cells"]
+        heading = None
+        for cell in cells:
+            text = "".join(cell["source"])
+            if cell["cell_type"] == "markdown" and text.startswith("#"):
+                heading = text.splitlines()[0].lstrip("#").strip()
+            if cell["cell_type"] == "code" and re.match(rf"%%(kernel|module) {re.escape(filename)}\s*\n", text):
+                assert heading == where.cell, (filename, heading)
+                break
+        else:
+            pytest.fail(f"no cell of {notebook.name} writes {filename}")
+
+
+def test_kernel_signatures_parse_learner_style_code():
+    src = '''
+    // extern "C" __global__ void commented_out(int x) {}
+    extern "C" __global__ void fill(float* out, float value, long long n) { }
+    extern "C" __global__ __launch_bounds__(256) void copy(const float* __restrict__ src,
+                                                          float* __restrict__ dst, long long n) {}
+    extern "C" __global__ void nothing(void) {}
+    __global__ void not_exported(int* x) {}
+    '''
+    sigs = kernels.kernel_signatures(src)
+    assert sigs == {"fill": ["float* out", "float value", "long long n"],
+                    "copy": ["const float* __restrict__ src", "float* __restrict__ dst", "long long n"],
+                    "nothing": []}
+
+
+def test_python_float_for_a_float_parameter_is_explained():
+    params = ["float* out", "float value", "long long n"]
+    with pytest.raises(TypeError, match=r"argument #1 .*64-bit double.*numpy.float32"):
+        kernels.check_args("memory.cu", "fill", params, (object(), 1.0, np.int64(3)))
+    with pytest.raises(TypeError, match=r"takes 3 arguments, got 2"):
+        kernels.check_args("memory.cu", "fill", params, (object(), np.float32(1)))
+    with pytest.raises(TypeError, match=r"host\) array"):
+        kernels.check_args("memory.cu", "fill", params, (np.zeros(3, np.float32), np.float32(1), 3))
+    # Python ints are fine for 64-bit parameters, numpy scalars for anything.
+    kernels.check_args("memory.cu", "fill", params, (object(), np.float32(1), 3))
+    with pytest.raises(TypeError, match=r"Python int .*`int`.*numpy.int32"):
+        kernels.check_args("k.cu", "k", ["int n"], (3,))
+
+
+def test_load_module_reloads_when_the_source_changes(workspace):
+    kernels.write_source("memory.py", "VALUE = 1\n")
+    assert kernels.load_module("memory.py").VALUE == 1
+    assert kernels.load_module("memory.py") is kernels.load_module("memory.py")  # cached
+    kernels.write_source("memory.py", "VALUE = 2\n")
+    assert kernels.load_module("memory.py").VALUE == 2
+
+
+def test_cell_magics_write_and_check(workspace, monkeypatch, capsys):
+    monkeypatch.setenv("MINITORCH_DEVICE", "cpu")
+    from minitorch import backend
+
+    monkeypatch.setattr(backend, "_active", "cpu")
+    kernels.kernel_magic("memory.cu", 'extern "C" __global__ void fill(float* out, float v, long long n) {}\n')
+    assert "not compiled (the 'cpu' device runs no CUDA C)" in capsys.readouterr().out
+    kernels.module_magic("memory.py", "X = 40 + 2\n")
+    assert "wrote memory.py" in capsys.readouterr().out
+    assert kernels.load_module("memory.py").X == 42
+    with pytest.raises(SyntaxError):
+        kernels.module_magic("memory.py", "def broken(:\n")
