@@ -12,7 +12,6 @@ import sys
 import tempfile
 
 import numpy as np
-
 from common import gpu_name, l2_flusher, solution_sources, time_gpu, write_results
 
 
@@ -29,8 +28,8 @@ def transfers() -> list[dict]:
                  "pinned": cupyx.empty_pinned(n, np.float32)}
         hosts["pinned"][...] = hosts["pageable"]
         for memory, host in hosts.items():
-            h2d = time_gpu(lambda: dev.set(host), max_seconds=0.3)
-            d2h = time_gpu(lambda: dev.get(out=host), max_seconds=0.3)
+            h2d = time_gpu(lambda dev=dev, host=host: dev.set(host), max_seconds=0.3)
+            d2h = time_gpu(lambda dev=dev, host=host: dev.get(out=host), max_seconds=0.3)
             for direction, seconds in (("h2d", h2d), ("d2h", d2h)):
                 results.append({"direction": direction, "memory": memory, "bytes": nbytes,
                                 "seconds": seconds, "gbps": nbytes / seconds / 1e9})
@@ -57,10 +56,10 @@ def kernels() -> list[dict]:
         n = (1 << log2) // 4
         a = cupy.random.standard_normal(n, dtype=np.float32)
         b = cupy.empty_like(a)
-        cases = {"fill": (lambda: mem.fill(a, 1.5), 4 * n),
-                 "cupy_fill": (lambda: a.fill(1.5), 4 * n),
-                 "copy": (lambda: mem.copy(a, b), 8 * n),
-                 "cupy_copy": (lambda: cupy.copyto(b, a), 8 * n)}
+        cases = {"fill": (lambda a=a: mem.fill(a, 1.5), 4 * n),
+                 "cupy_fill": (lambda a=a: a.fill(1.5), 4 * n),
+                 "copy": (lambda a=a, b=b: mem.copy(a, b), 8 * n),
+                 "cupy_copy": (lambda a=a, b=b: cupy.copyto(b, a), 8 * n)}
         for kernel, (fn, nbytes) in cases.items():
             seconds = time_gpu(fn, flush=flush, max_seconds=0.3)
             results.append({"kernel": kernel, "bytes": nbytes, "seconds": seconds, "gbps": nbytes / seconds / 1e9})

@@ -22,9 +22,10 @@ import sys
 import tempfile
 import threading
 import types
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -173,7 +174,7 @@ def check_args(filename: str, function: str, params: list[str] | None, args: Seq
         raise TypeError(f"{signature} in {filename} takes {len(params)} arguments, got {len(args)}")
     if kinds is None:
         kinds = [_param_base_type(p) for p in params]
-    for i, (arg, kind) in enumerate(zip(args, kinds)):
+    for i, (arg, kind) in enumerate(zip(args, kinds, strict=False)):
         if isinstance(arg, bool):
             continue
         if isinstance(arg, float) and kind in _FLOAT_PARAMS:

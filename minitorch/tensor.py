@@ -9,7 +9,8 @@ autograd (``minitorch.autograd``), layers (``minitorch.nn``) and optimisers (``m
 from __future__ import annotations
 
 import numbers
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

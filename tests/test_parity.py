@@ -7,7 +7,7 @@ bit for bit (``make test-gpu``). A new solution kernel without a case here fails
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pytest
