@@ -1,7 +1,8 @@
 """Phase 1 benchmark: host<->device transfers (pageable vs pinned) and the fill/copy kernels.
 
-Runs the reference solution's kernels on an NVIDIA GPU and writes two JSON files under
-benchmarks/results/: ``phase1_transfer-<gpu>.json`` and ``phase1_kernels-<gpu>.json``.
+Runs the reference solution's kernels on an NVIDIA GPU and writes three JSON files under
+benchmarks/results/: ``phase1_transfer-<gpu>.json``, ``phase1_alloc-<gpu>.json`` (raw cudaMalloc
+against CuPy's pool) and ``phase1_kernels-<gpu>.json``.
 Bandwidth counts bytes read plus bytes written.
 """
 
@@ -35,6 +36,36 @@ def transfers() -> list[dict]:
                                 "seconds": seconds, "gbps": nbytes / seconds / 1e9})
         print(f"{nbytes:>11} B  " + "  ".join(f"{r['direction']} {r['memory']:8} {r['gbps']:6.1f}"
                                             for r in results[-4:]) + "  GB/s")
+    return results
+
+
+def allocations() -> list[dict]:
+    """Allocate-and-free round trips: raw cudaMalloc/cudaFree against CuPy's memory pool (warm)."""
+    import time
+
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    results = []
+    for log2 in range(12, 31, 2):                        # 4 KiB .. 1 GiB
+        nbytes = 1 << log2
+        for allocator in ("cudaMalloc", "cupy_pool"):
+            def once(nbytes: int = nbytes, allocator: str = allocator) -> None:
+                if allocator == "cudaMalloc":
+                    runtime.free(runtime.malloc(nbytes))
+                else:
+                    cupy.empty(nbytes, dtype=np.uint8)   # dropped at once: the block goes back to the pool
+            once()
+            cupy.cuda.Device().synchronize()
+            reps, start = 0, time.perf_counter()
+            while reps < 20 or time.perf_counter() - start < 0.2:
+                once()
+                reps += 1
+            cupy.cuda.Device().synchronize()
+            seconds = (time.perf_counter() - start) / reps
+            results.append({"allocator": allocator, "bytes": nbytes, "seconds": seconds})
+        print(f"{nbytes:>11} B  cudaMalloc+free {results[-2]['seconds'] * 1e6:9.1f} us   "
+              f"pool {results[-1]['seconds'] * 1e6:7.1f} us")
     return results
 
 
@@ -73,6 +104,7 @@ def main() -> int:
     device = gpu_name()
     print(f"device: {device}")
     write_results("phase1_transfer", device, transfers())
+    write_results("phase1_alloc", device, allocations())
     write_results("phase1_kernels", device, kernels())
     return 0
 
