@@ -40,7 +40,8 @@ class Backend:
     runs_kernels: bool = True
 
     def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802 (CuPy's name)
-                  name_expressions: Sequence[str] | None = None) -> Any:
+                  name_expressions: Sequence[str] | None = None, *, filename: str | None = None) -> Any:
+        """Compile CUDA C; ``filename`` is the learner's file name, for error messages where supported."""
         raise NotImplementedError
 
     def asarray(self, host: np.ndarray) -> Any:
@@ -77,7 +78,7 @@ class CudaBackend(Backend):
         self.cupy = cupy
 
     def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802
-                  name_expressions: Sequence[str] | None = None) -> Any:
+                  name_expressions: Sequence[str] | None = None, *, filename: str | None = None) -> Any:
         return self.cupy.RawModule(code=code, options=tuple(options),
                                    name_expressions=name_expressions)
 
@@ -116,9 +117,9 @@ class EmuBackend(Backend):
         self.emu = emu
 
     def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802
-                  name_expressions: Sequence[str] | None = None) -> Any:
+                  name_expressions: Sequence[str] | None = None, *, filename: str | None = None) -> Any:
         return self.emu.RawModule(code=code, options=tuple(options),
-                                  name_expressions=name_expressions)
+                                  name_expressions=name_expressions, filename=filename)
 
     def asarray(self, host: np.ndarray) -> Any:
         return self.emu.asarray(host)
@@ -147,7 +148,7 @@ class CpuBackend(Backend):
     runs_kernels = False
 
     def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802
-                  name_expressions: Sequence[str] | None = None) -> Any:
+                  name_expressions: Sequence[str] | None = None, *, filename: str | None = None) -> Any:
         raise DeviceError("the 'cpu' device runs no CUDA C: use 'cuda' on an NVIDIA GPU, or 'emu' "
                           "(the CUDA C emulator) anywhere else: minitorch.set_device('emu')")
 
@@ -240,8 +241,8 @@ def get_device() -> str:
 # Module-level functions with CuPy's names, for the active backend -----------------------------
 
 def RawModule(code: str, options: Sequence[str] = (),  # noqa: N802 (CuPy's name)
-              name_expressions: Sequence[str] | None = None) -> Any:
-    return get_backend().RawModule(code, options, name_expressions)
+              name_expressions: Sequence[str] | None = None, *, filename: str | None = None) -> Any:
+    return get_backend().RawModule(code, options, name_expressions, filename=filename)
 
 
 def asarray(host: np.ndarray) -> Any:

@@ -221,7 +221,7 @@ def compile_module(filename: str, source: str, options: Sequence[str] = (),
         module = _modules.get(key)
         if module is None:
             try:
-                module = backend.RawModule(source, opts, name_expressions)
+                module = backend.RawModule(source, opts, name_expressions, filename=filename)
                 if hasattr(module, "compile"):
                     module.compile()
             except Exception as exc:

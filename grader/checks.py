@@ -1,0 +1,309 @@
+"""Helpers for graded tests: seeds, odd sizes, poisoning, comparisons, launch records, GPU timing.
+
+Everything here imports minitorch lazily, so `grader status` and `grader labs` work without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import statistics
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from grader import paths
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+# Sizes that are not multiples of any block size: 1, primes, and a large prime-ish size.
+ODD_SIZES: tuple[int, ...] = (1, 7, 31, 257, 4099, 1_000_003)
+PERF_BYTES = 256 << 20  # 256 MiB: large enough that launch overhead is noise on any GPU
+
+
+class GradeError(AssertionError):
+    """A graded check failed; the message is written for the learner."""
+
+
+# ---------------------------------------------------------------- seeds
+
+_seed: int | None = None
+
+
+def seed() -> int:
+    """This run's seed: GRADER_SEED if set (to reproduce a run), else fresh. Printed once."""
+    global _seed
+    if _seed is None:
+        env = os.environ.get("GRADER_SEED")
+        _seed = int(env) if env else secrets.randbits(31)
+        print(f"grader seed: {_seed} (reproduce with GRADER_SEED={_seed})", file=sys.stderr)
+    return _seed
+
+
+def rng(*salt: object) -> np.random.Generator:
+    """A generator from the run's seed and a salt (e.g. the test and size), independent per check."""
+    key = [seed()] + [zlib.crc32(repr(s).encode()) for s in salt]
+    return np.random.default_rng(key)
+
+
+# ---------------------------------------------------------------- devices
+
+
+def gpu_available() -> bool:
+    """True when the active minitorch device is a real GPU (cuda)."""
+    from minitorch import backend
+
+    return backend.get_device() == "cuda"
+
+
+def device_description() -> str:
+    from minitorch import backend
+
+    return backend.get_backend().describe()
+
+
+def to_host(x: Any) -> np.ndarray:
+    """NumPy copy of a device array, a Tensor or a host array."""
+    from minitorch import backend
+
+    if hasattr(x, "numpy") and hasattr(x, "device") and not isinstance(x, np.ndarray):
+        return x.numpy()
+    if isinstance(x, np.ndarray):
+        return x
+    return backend.asnumpy(x)
+
+
+def poison(shape: int | tuple[int, ...], dtype: Any = np.float32) -> Any:
+    """A device array full of NaN (integers: their max value): anything left unwritten shows."""
+    from minitorch import backend
+
+    host = np.empty(shape, dtype=dtype)
+    host.fill(np.nan if np.issubdtype(host.dtype, np.floating) else np.iinfo(host.dtype).max)
+    return backend.asarray(host)
+
+
+# ---------------------------------------------------------------- comparisons
+
+
+def _fmt_index(idx: tuple[int, ...]) -> str:
+    return str(idx[0]) if len(idx) == 1 else "(" + ", ".join(map(str, idx)) + ")"
+
+
+def assert_close(got: Any, expected: Any, *, rtol: float = 1e-6, atol: float = 0.0, what: str = "output") -> None:
+    """Compare against an independent float64 reference; explain the first difference.
+
+    NaN matches NaN and equal infinities match; a NaN where a number was expected is reported as
+    "never written" because outputs are poisoned with NaN before launches.
+    """
+    got_h = np.asarray(to_host(got))
+    exp = np.asarray(to_host(expected), dtype=np.float64)
+    if got_h.shape != exp.shape:
+        raise GradeError(f"{what}: shape {got_h.shape}, expected {exp.shape}")
+    g = got_h.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = np.isclose(g, exp, rtol=rtol, atol=atol, equal_nan=True)
+    if ok.all():
+        return
+    bad = ~ok
+    n_bad = int(bad.sum())
+    first = tuple(int(i) for i in np.argwhere(bad)[0]) if exp.ndim else ()
+    e, v = exp[first].item(), g[first].item()
+    note = ""
+    if math.isnan(v) and not math.isnan(e):
+        note = " (still NaN: poisoned before the launch and never written)"
+    finite = bad & np.isfinite(g) & np.isfinite(exp)
+    lines = [
+        f"{what}: {n_bad} of {exp.size} values differ (rtol={rtol:g}, atol={atol:g})",
+        f"  first bad index {_fmt_index(first) if first else '()'}: expected {e!r}, got {v!r}{note}",
+    ]
+    if finite.any():
+        abs_err = np.abs(g[finite] - exp[finite])
+        rel_err = abs_err / np.maximum(np.abs(exp[finite]), np.finfo(np.float64).tiny)
+        max_abs, max_rel = float(abs_err.max()), float(rel_err.max())
+        lines.append(f"  max abs error {max_abs:.3g}, max rel error {max_rel:.3g}")
+        # Nearly every wrong value within 1% of the right one: rounding, not a logic error.
+        if finite.sum() == n_bad and np.mean(rel_err < 1e-2) >= 0.99:
+            lines.append("  precision loss: the wrong values are within 1% of the right ones; is something computed or "
+                         "stored in lower precision (half, a fast-math intrinsic) than float32?")
+    else:
+        lines.append("  max abs / rel error: not defined (every wrong value is NaN or infinite)")
+    nan_bad = int((bad & np.isnan(g)).sum())
+    if nan_bad and n_bad > 1:
+        lines.append(f"  {'all' if nan_bad == n_bad else nan_bad} of them are NaN where a number was expected")
+    raise GradeError("\n".join(lines))
+
+
+def assert_bitwise_equal(got: Any, expected: Any, *, what: str = "output") -> None:
+    """Exact bit patterns: -0.0, NaN payloads and denormals must survive a copy."""
+    got_h = np.ascontiguousarray(to_host(got))
+    exp = np.ascontiguousarray(to_host(expected))
+    if got_h.shape != exp.shape or got_h.dtype != exp.dtype:
+        raise GradeError(f"{what}: got {got_h.dtype}{got_h.shape}, expected {exp.dtype}{exp.shape}")
+    view = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(exp.dtype.itemsize, np.uint8)
+    gb, eb = got_h.view(view), exp.view(view)
+    bad = gb != eb
+    if not bad.any():
+        return
+    first = tuple(int(i) for i in np.argwhere(bad)[0]) if exp.ndim else ()
+    width = exp.dtype.itemsize * 2
+    raise GradeError(
+        f"{what}: {int(bad.sum())} of {exp.size} values are not bit-identical\n"
+        f"  first bad index {_fmt_index(first) if first else '()'}: expected {exp[first].item()!r} "
+        f"(0x{int(eb[first]):0{width}x}), got {got_h[first].item()!r} (0x{int(gb[first]):0{width}x})")
+
+
+# ---------------------------------------------------------------- launch records
+
+
+def reset_launches() -> None:
+    from minitorch import kernels
+
+    kernels.reset_launch_counts()
+
+
+def require_launch(file: str, function: str) -> None:
+    """Fail unless the learner's kernel was launched (since the last reset_launches())."""
+    from minitorch import kernels
+
+    if kernels.launch_count(file, function) == 0:
+        raise GradeError(f"no launch of `{function}` from {file} was recorded: "
+                           f"the result was computed without your kernel")
+
+
+@contextlib.contextmanager
+def expect_launch(file: str, function: str) -> Iterator[None]:
+    reset_launches()
+    yield
+    require_launch(file, function)
+
+
+# ---------------------------------------------------------------- thresholds
+
+
+def thresholds() -> dict[str, Any]:
+    path = os.environ.get("GRADER_THRESHOLDS") or paths.THRESHOLDS_TOML
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def threshold(key: str) -> float:
+    """A value of grader/thresholds.toml by dotted key, e.g. 'phase1.fill'."""
+    node: Any = thresholds()
+    for part in key.split("."):
+        try:
+            node = node[part]
+        except (KeyError, TypeError):
+            raise KeyError(f"threshold {key!r} is missing from {paths.THRESHOLDS_TOML}") from None
+    return float(node)
+
+
+# ---------------------------------------------------------------- GPU timing
+
+
+_GRADING_ONLY_ENV = ("MINITORCH_SYNC_LAUNCHES", "MINITORCH_LAUNCH_TRACE")
+
+
+@contextlib.contextmanager
+def _async_launches() -> Iterator[None]:
+    """The grader makes every launch synchronous and traced (to attribute faults and hangs);
+    timing needs plain asynchronous launches."""
+    saved = {k: os.environ.pop(k) for k in _GRADING_ONLY_ENV if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def l2_flush_buffer() -> Any:
+    """A device buffer twice the L2 size: writing it evicts whatever the last repetition cached."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    l2 = int(props.get("l2CacheSize", 0)) or (50 << 20)
+    return cupy.empty(max(2 * l2, 1 << 20) // 4, dtype=np.float32)
+
+
+_SPIN_SOURCE = r"""
+extern "C" __global__ void grader_spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}
+"""
+
+
+def _gpu_delay(seconds: float = 200e-6) -> Callable[[], None]:
+    """Enqueue a kernel that keeps the GPU busy for `seconds`.
+
+    Launched before the start event, it lets the host enqueue fn() (Python launch overhead,
+    load_kernel's file read) while the GPU is busy, so events time the GPU work only.
+    """
+    import cupy
+
+    kernel = cupy.RawKernel(_SPIN_SOURCE, "grader_spin")
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    cycles = np.int64(int(props.get("clockRate", 1_500_000)) * 1000 * seconds)  # clockRate is in kHz
+    return lambda: kernel((1,), (1,), (cycles,))
+
+
+def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, min_reps: int = 10, max_reps: int = 200,
+              max_time_s: float = 2.0, flush_l2: bool = True) -> float:
+    """Median seconds of fn() by CUDA events, after warm-up, L2 flushed before each repetition.
+
+    Repeats adaptively: at least min_reps, then until max_time_s or max_reps.
+    """
+    import cupy
+
+    flush = l2_flush_buffer() if flush_l2 else None
+    delay = _gpu_delay()
+    with _async_launches():
+        for _ in range(warmup):
+            fn()
+        cupy.cuda.get_current_stream().synchronize()
+        times: list[float] = []
+        start_wall = time.perf_counter()
+        while len(times) < min_reps or (len(times) < max_reps and time.perf_counter() - start_wall < max_time_s):
+            if flush is not None:
+                flush.fill(0)
+            delay()
+            start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e-3)
+    return statistics.median(times)
+
+
+def perf_ratio(name: str, learner_fn: Callable[[], Any], reference_fn: Callable[[], Any], nbytes: float,
+               threshold_key: str, record_property: Callable[[str, Any], None], *, unit: str = "GB/s",
+               reference_name: str = "CuPy", flush_l2: bool = True) -> dict[str, Any]:
+    """Time learner and reference in this process; record and enforce learner/reference >= threshold.
+
+    `nbytes` is the work of one call (bytes moved, or FLOPs with unit 'GFLOP/s').
+    """
+    import pytest
+
+    if not gpu_available():
+        pytest.skip("not measured (no GPU)")
+    limit = threshold(threshold_key)
+    t_ref = time_cuda(reference_fn, flush_l2=flush_l2)
+    t_learner = time_cuda(learner_fn, flush_l2=flush_l2)
+    measured, reference = nbytes / t_learner / 1e9, nbytes / t_ref / 1e9
+    record = {"name": name, "unit": unit, "measured": measured, "reference": reference,
+              "reference_name": reference_name, "ratio": measured / reference, "threshold": limit,
+              "threshold_key": threshold_key, "seconds": t_learner, "reference_seconds": t_ref}
+    record_property("perf", record)
+    if record["ratio"] < limit:
+        raise GradeError(f"{name}: {measured:.1f} {unit} is {record['ratio']:.2f}x {reference_name}'s "
+                           f"{reference:.1f} {unit}; at least {limit:.2f}x is needed ({threshold_key} in "
+                           f"grader/thresholds.toml)")
+    return record

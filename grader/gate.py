@@ -1,0 +1,46 @@
+"""`grader.require(phase)`: refuse to run a lab or deliverable whose prerequisite has not passed."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+from grader import progress
+from grader.phases import get_phase
+
+SKIP_GATES_ENV = "GRADER_SKIP_GATES"
+
+
+class PhaseLocked(RuntimeError):  # noqa: N818 - the public name fixed by the course design
+    """The previous phase has not passed (or its graded files changed since it passed)."""
+
+
+def require(phase: str, *, progress_path: Path | None = None) -> None:
+    """Raise PhaseLocked, naming the command to run, unless the phase before `phase` has passed.
+
+    Instructors (and `grader check --solutions`) set GRADER_SKIP_GATES=1 to bypass every gate.
+    """
+    target = get_phase(phase)
+    if target.requires is None:
+        return
+    if os.environ.get(SKIP_GATES_ENV) == "1":
+        warnings.warn(f"{SKIP_GATES_ENV}=1: not checking that {target.requires} passed", stacklevel=2)
+        return
+    data = progress.load(progress_path)
+    before = get_phase(target.requires)
+    state = progress.phase_state(before.name, data)
+    if state == progress.PASSED:
+        return
+    title = f"Phase {target.number} ({target.title})"
+    before_title = f"Phase {before.number} ({before.title})"
+    command = f"grader check {before.name}"
+    if state == progress.STALE:
+        changed = progress.changed_since_pass(data["phases"][before.name]["last_pass"])
+        names = ", ".join(Path(p).name for p in changed)
+        raise PhaseLocked(
+            f"{title} is locked: {before_title} passed, but {names} changed since. "
+            f"Run `{command}` again in a terminal at the repository root.")
+    raise PhaseLocked(
+        f"{title} is locked: {before_title} has not passed yet. "
+        f"Run `{command}` in a terminal at the repository root and fix what it reports.")

@@ -1,0 +1,69 @@
+"""The phase registry: names, titles, order, labs and graded files of every phase.
+
+The order of ``PHASES`` is the order of the course: each phase requires the one before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    title: str
+    requires: str | None
+    # Lab notebook stem (solutions/<lab>.ipynb -> labs/<lab>.ipynb); None while unpublished.
+    lab: str | None = None
+    # Graded test module inside grader/tests/; None while unpublished.
+    tests: str | None = None
+    # Learner files (relative to the workspace) whose sha256 is recorded when the phase passes.
+    learner_files: tuple[str, ...] = field(default_factory=tuple)
+    # Phases whose checks run CUDA C: they need --device cuda or emu.
+    needs_cuda_c: bool = True
+
+    @property
+    def published(self) -> bool:
+        return self.lab is not None and self.tests is not None
+
+    @property
+    def number(self) -> str:
+        return self.name.removeprefix("phase")
+
+
+def _chain(*specs: tuple[str, str, dict]) -> dict[str, Phase]:
+    phases: dict[str, Phase] = {}
+    previous = None
+    for name, title, extra in specs:
+        phases[name] = Phase(name=name, title=title, requires=previous, **extra)
+        previous = name
+    return phases
+
+
+PHASES: dict[str, Phase] = _chain(
+    ("phase1", "GPU memory", dict(
+        lab="phase1_memory", tests="test_phase1.py", learner_files=("memory.cu", "memory.py"))),
+    ("phase2", "First kernels and naive matmul", {}),
+    ("phase3a", "Forward pass", {}),
+    ("phase3b", "Backward pass, autograd and XOR", {}),
+    ("phase4", "Reductions and real data (sales.tsv)", {}),
+    ("phase5", "Making it fast (GEMM ladder, memory pool, Sequential, Adam, init)", {}),
+    ("phase6", "CNNs and MNIST", {}),
+    ("phase7", "Transformers and Tiny Shakespeare GPT", {}),
+    ("phase8", "Expert track (FlashAttention, tensor cores, mixed precision)", {}),
+)
+
+
+class UnknownPhaseError(KeyError):
+    def __str__(self) -> str:
+        return f"unknown phase {self.args[0]!r}; phases are: {', '.join(PHASES)}"
+
+
+def get_phase(name: str) -> Phase:
+    key = name.strip().lower()
+    if key.isdigit() or key[:1].isdigit():  # allow `grader check 1` / `3a`
+        key = "phase" + key
+    try:
+        return PHASES[key]
+    except KeyError:
+        raise UnknownPhaseError(name) from None

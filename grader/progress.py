@@ -1,0 +1,160 @@
+"""The learner's progress file and the locked / unlocked / passed / stale logic.
+
+File format (JSON, git-ignored, ``.grader/progress.json``)::
+
+    {"version": 1, "phases": {"phase1": {"last_attempt": RECORD, "last_pass": RECORD}}}
+
+RECORD = {"passed", "when" (UTC ISO), "device", "perf": [...], "workspace", "files": {path: sha256},
+"notebook", "notebook_sha256", "seed"}. ``last_pass`` is kept when a later attempt fails, so a
+flaky run never takes a pass away; changing a graded file does (the phase becomes stale).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from grader import paths
+from grader.phases import PHASES, Phase, get_phase
+
+VERSION = 1
+LOCKED, UNLOCKED, PASSED, STALE = "locked", "unlocked", "passed", "stale"
+
+
+def file_sha256(path: Path) -> str | None:
+    """sha256 of a file's bytes, None when it does not exist."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return None
+
+
+def notebook_code_sha256(path: Path) -> str | None:
+    """sha256 of a notebook's code cell sources only.
+
+    Outputs, execution counts and metadata change every time Jupyter saves the notebook;
+    hashing them would make a pass stale just by re-running the lab.
+    """
+    try:
+        nb = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    digest = hashlib.sha256()
+    for cell in nb.get("cells", []):
+        if cell.get("cell_type") == "code":
+            source = cell.get("source", "")
+            digest.update(("".join(source) if isinstance(source, list) else source).encode())
+            digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def load(path: Path | None = None) -> dict[str, Any]:
+    path = path or paths.progress_file()
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {"version": VERSION, "phases": {}}
+    except json.JSONDecodeError as err:
+        raise RuntimeError(f"progress file {path} is not valid JSON ({err}); fix or delete it") from err
+    data.setdefault("phases", {})
+    return data
+
+
+def save(data: dict[str, Any], path: Path | None = None) -> None:
+    """Atomic write (a crash mid-write must not lose the learner's progress)."""
+    path = Path(path or paths.progress_file())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def make_record(
+    phase: Phase,
+    *,
+    passed: bool,
+    device: str,
+    workspace: Path,
+    notebook: Path | None,
+    perf: list[dict[str, Any]] | None = None,
+    seed: int | None = None,
+    when: _dt.datetime | None = None,
+) -> dict[str, Any]:
+    workspace = Path(workspace).resolve()
+    when = when or _dt.datetime.now(_dt.timezone.utc)
+    return {
+        "passed": passed,
+        "when": when.isoformat(timespec="seconds"),
+        "device": device,
+        "perf": perf or [],
+        "seed": seed,
+        "workspace": str(workspace),
+        "files": {name: file_sha256(workspace / name) for name in phase.learner_files},
+        "notebook": str(Path(notebook).resolve()) if notebook else None,
+        "notebook_sha256": notebook_code_sha256(notebook) if notebook else None,
+    }
+
+
+def record(phase: Phase, rec: dict[str, Any], path: Path | None = None) -> None:
+    data = load(path)
+    entry = data["phases"].setdefault(phase.name, {})
+    entry["last_attempt"] = rec
+    if rec["passed"]:
+        entry["last_pass"] = rec
+    save(data, path)
+
+
+def changed_since_pass(rec: dict[str, Any]) -> list[str]:
+    """Graded files whose content differs from what was graded (missing files count as changed)."""
+    workspace = Path(rec["workspace"])
+    changed = [name for name, digest in rec.get("files", {}).items()
+               if file_sha256(workspace / name) != digest]
+    if rec.get("notebook") and rec.get("notebook_sha256"):
+        if notebook_code_sha256(Path(rec["notebook"])) != rec["notebook_sha256"]:
+            changed.append(rec["notebook"])
+    return changed
+
+
+def phase_state(name: str, data: dict[str, Any] | None = None) -> str:
+    phase = get_phase(name)
+    data = load() if data is None else data
+    last_pass = data["phases"].get(phase.name, {}).get("last_pass")
+    if last_pass:
+        return STALE if changed_since_pass(last_pass) else PASSED
+    if phase.requires is None or phase_state(phase.requires, data) == PASSED:
+        return UNLOCKED
+    return LOCKED
+
+
+def status_rows(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per phase, for `grader status`."""
+    data = load() if data is None else data
+    rows = []
+    for phase in PHASES.values():
+        entry = data["phases"].get(phase.name, {})
+        last_pass = entry.get("last_pass")
+        state = phase_state(phase.name, data)
+        notes = []
+        if state == STALE:
+            notes.append("changed since the pass: " + ", ".join(Path(p).name for p in changed_since_pass(last_pass)))
+        elif state == LOCKED:
+            notes.append(f"pass {phase.requires} first")
+        if not phase.published:
+            notes.append("lab not published yet")
+        note = "; ".join(notes)
+        rows.append({
+            "phase": phase.name,
+            "title": phase.title,
+            "state": state,
+            "passed_at": last_pass["when"] if last_pass else None,
+            "device": last_pass["device"] if last_pass else None,
+            "note": note,
+        })
+    return rows

@@ -1,0 +1,325 @@
+"""Graded tests of Phase 1 (GPU memory): memory.cu (`fill`, `copy`) and memory.py (their launchers).
+
+Run by `grader check phase1`, on the active device (cuda or emu), with fresh random inputs (seed
+printed in the report), odd sizes, outputs poisoned with NaN before every launch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minitorch
+from grader import checks
+from grader.checks import ODD_SIZES, GradeError
+from minitorch import backend, kernels
+
+FILL = pytest.mark.kernel("memory.cu", "fill")
+COPY = pytest.mark.kernel("memory.cu", "copy")
+BLOCK = 256
+
+ROUNDTRIP_SHAPES = [(), (1,), (7,), (257,), (31, 33), (2, 3, 5, 7), (0,), (3, 0, 2), (1_000_003,)]
+TENSOR_SHAPES = [(), (1,), (4099,), (3, 5), (2, 3, 4, 5)]
+
+
+def memory():
+    return kernels.load_module("memory.py")
+
+
+def device() -> str:
+    return minitorch.get_device()
+
+
+def special_values(shape: tuple[int, ...], *salt: object) -> np.ndarray:
+    """Random float32 values over many magnitudes, with NaN, ±inf, -0.0 and denormals mixed in."""
+    r = checks.rng("special", shape, *salt)
+    values = np.asarray(r.standard_normal(shape) * 10.0 ** r.uniform(-30, 30, shape), dtype=np.float32)
+    flat = values.reshape(-1)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1e-40, -1e-45, 3.4e38, -3.4e38,
+                         np.float32(1.17549435e-38)], dtype=np.float32)
+    if flat.size:
+        where = r.integers(0, flat.size, size=min(flat.size, 4 * specials.size))
+        flat[where] = np.resize(specials, where.size)
+    return values
+
+
+def expect_tensor(t, shape: tuple[int, ...], what: str) -> None:
+    if t.device != device() or t.shape != shape:
+        raise GradeError(f"{what}: got a tensor of shape {t.shape} on {t.device!r}, "
+                         f"expected shape {shape} on {device()!r}")
+
+
+def random_value(*salt: object) -> float:
+    """A float32-representable value (so the expected result is exact)."""
+    return float(np.float32(checks.rng("value", *salt).standard_normal() * 100))
+
+
+def is_memory_fault(exc: BaseException | None) -> bool:
+    """True when the emulator's KernelFault or a CUDA illegal-address error is behind `exc`."""
+    while exc is not None:
+        if type(exc).__name__ == "KernelFault" or "IllegalAddress" in str(exc) or "illegal memory" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def launch_checked(what: str, fn):
+    """Run a launch; report a memory fault as an out-of-bounds failure.
+
+    The launch error's own message names the kernel, its file, the launch configuration and
+    (emulator) the argument, byte offset, thread and source line.
+    """
+    try:
+        fn()
+        backend.synchronize()
+    except Exception as exc:
+        if not is_memory_fault(exc):
+            raise
+        raise GradeError(f"{what}: out-of-bounds memory access:\n  {exc}") from exc
+
+
+def check_small_grid(out, expected: np.ndarray, what: str) -> None:
+    """Compare; when only the first grid's worth of elements is right, say why."""
+    host = checks.to_host(out)
+    try:
+        checks.assert_close(host, expected, rtol=0, what=what)
+    except GradeError as err:
+        written = int(np.count_nonzero(~np.isnan(host)))
+        if 0 < written < host.size:
+            raise GradeError(f"{err}\n  only {written} of {host.size} elements were written by the 3 x 64 = 192 "
+                             f"threads: a grid-stride loop lets any grid cover any n") from None
+        raise
+
+
+# ---------------------------------------------------------------- host <-> device
+
+
+@pytest.mark.parametrize("shape", ROUNDTRIP_SHAPES, ids=str)
+@pytest.mark.hint("Tensor.to / .numpy must copy every byte unchanged")
+def test_roundtrip_lossless(shape):
+    host = special_values(shape)
+    t = minitorch.from_numpy(host)
+    expect_tensor(t, shape, "minitorch.from_numpy")
+    checks.assert_bitwise_equal(t.numpy(), host, what=f"host -> {device()} -> host, shape {shape}")
+    via_cpu = minitorch.from_numpy(host, device="cpu").to(device()).to("cpu").numpy()
+    checks.assert_bitwise_equal(via_cpu, host, what=f"cpu tensor -> .to({device()!r}) -> .to('cpu'), shape {shape}")
+
+
+# ---------------------------------------------------------------- fill
+
+
+@FILL
+@pytest.mark.parametrize("n", ODD_SIZES)
+@pytest.mark.hint("every element in [0, n) must be written once with the value")
+def test_fill_odd_sizes(n):
+    value = random_value("fill", n)
+    out = checks.poison(n)
+    with checks.expect_launch("memory.cu", "fill"):
+        launch_checked(f"memory.fill(n={n})", lambda: memory().fill(out, value))
+    checks.assert_close(out, np.full(n, value), rtol=0, what=f"memory.fill(out, {value!r}) with n={n}")
+
+
+@FILL
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 5, 7), (1, 1, 1)], ids=str)
+@pytest.mark.hint("fill every one of out.size elements, whatever the shape")
+def test_fill_multidimensional(shape):
+    value = random_value("fill-md", shape)
+    out = checks.poison(shape)
+    with checks.expect_launch("memory.cu", "fill"):
+        launch_checked(f"memory.fill(shape={shape})", lambda: memory().fill(out, value))
+    checks.assert_close(out, np.full(shape, value), rtol=0, what=f"memory.fill on shape {shape}")
+
+
+@FILL
+@pytest.mark.hint("use a grid-stride loop: for (i = global index; i < n; i += gridDim.x * blockDim.x)")
+def test_fill_kernel_small_grid_covers_all():
+    n, value = 10_007, random_value("fill-grid")
+    out = checks.poison(n)
+    kernel = kernels.load_kernel("memory.cu", "fill")
+    launch_checked("fill with grid 3 x block 64", lambda: kernel((3,), (64,), (out, np.float32(value), np.int64(n))))
+    check_small_grid(out, np.full(n, value), f"fill kernel launched with grid 3 x block 64 for n={n}")
+
+
+@FILL
+@pytest.mark.parametrize("n", [1, 31, 1000, 4099])
+@pytest.mark.hint("check `i < n` before writing: the last block has threads past the end")
+def test_fill_kernel_no_write_past_n(n):
+    pad = 4 * BLOCK
+    value = random_value("fill-bounds", n)
+    kernel = kernels.load_kernel("memory.cu", "fill")
+    blocks = (n + pad) // BLOCK  # more threads than n, none past the padded buffer
+    buf = checks.poison(n + pad)
+    launch_checked(f"fill n={n} (grid {blocks} x block {BLOCK})",
+                   lambda: kernel((blocks,), (BLOCK,), (buf, np.float32(value), np.int64(n))))
+    host = checks.to_host(buf)
+    checks.assert_close(host[:n], np.full(n, value), rtol=0, what=f"fill n={n}")
+    written = np.flatnonzero(~np.isnan(host[n:]))
+    if written.size:
+        raise GradeError(f"fill with n={n} wrote past the end: out-of-bounds write at index {n + written[0]} "
+                           f"({written.size} elements past n were written; the bounds check `i < n` is missing?)")
+    exact = checks.poison(n)  # exactly n elements: the emulator faults on any write past them
+    launch_checked(f"fill n={n} into a buffer of exactly n elements",
+                   lambda: kernel((blocks,), (BLOCK,), (exact, np.float32(value), np.int64(n))))
+
+
+# ---------------------------------------------------------------- copy
+
+
+@COPY
+@pytest.mark.parametrize("n", ODD_SIZES)
+@pytest.mark.hint("dst[i] = src[i] for every i in [0, n), nothing else")
+def test_copy_values(n):
+    src_host = (checks.rng("copy", n).standard_normal(n) * 1000).astype(np.float32)
+    src, dst = backend.asarray(src_host), checks.poison(n)
+    with checks.expect_launch("memory.cu", "copy"):
+        launch_checked(f"memory.copy(n={n})", lambda: memory().copy(src, dst))
+    checks.assert_close(dst, src_host.astype(np.float64), rtol=0, what=f"memory.copy with n={n}")
+    checks.assert_close(src, src_host.astype(np.float64), rtol=0, what=f"src after memory.copy with n={n} (must not change)")
+
+
+@COPY
+@pytest.mark.parametrize("shape", [(7,), (4099,), (2, 3, 5, 7), (1_000_003,)], ids=str)
+@pytest.mark.hint("copy the float32 bits as they are: NaN, inf, -0.0 and denormals included")
+def test_copy_bitwise_specials(shape):
+    src_host = special_values(shape, "copy")
+    src, dst = backend.asarray(src_host), checks.poison(shape)
+    with checks.expect_launch("memory.cu", "copy"):
+        launch_checked(f"memory.copy(shape={shape})", lambda: memory().copy(src, dst))
+    checks.assert_bitwise_equal(dst, src_host, what=f"memory.copy of special values, shape {shape}")
+
+
+@COPY
+@pytest.mark.hint("use a grid-stride loop: for (i = global index; i < n; i += gridDim.x * blockDim.x)")
+def test_copy_kernel_small_grid_covers_all():
+    n = 10_007
+    src_host = checks.rng("copy-grid").standard_normal(n).astype(np.float32)
+    src, dst = backend.asarray(src_host), checks.poison(n)
+    kernel = kernels.load_kernel("memory.cu", "copy")
+    launch_checked("copy with grid 3 x block 64", lambda: kernel((3,), (64,), (src, dst, np.int64(n))))
+    check_small_grid(dst, src_host.astype(np.float64), f"copy kernel launched with grid 3 x block 64 for n={n}")
+
+
+@COPY
+@pytest.mark.parametrize("n", [1, 31, 1000, 4099])
+@pytest.mark.hint("check `i < n` before reading or writing: the last block has threads past the end")
+def test_copy_kernel_no_write_past_n(n):
+    pad = 4 * BLOCK
+    kernel = kernels.load_kernel("memory.cu", "copy")
+    blocks = (n + pad) // BLOCK
+    src_host = checks.rng("copy-bounds", n).standard_normal(n + pad).astype(np.float32)
+    src, dst = backend.asarray(src_host), checks.poison(n + pad)
+    launch_checked(f"copy n={n} (grid {blocks} x block {BLOCK})",
+                   lambda: kernel((blocks,), (BLOCK,), (src, dst, np.int64(n))))
+    host = checks.to_host(dst)
+    checks.assert_close(host[:n], src_host[:n].astype(np.float64), rtol=0, what=f"copy n={n}")
+    written = np.flatnonzero(~np.isnan(host[n:]))
+    if written.size:
+        raise GradeError(f"copy with n={n} wrote past the end: out-of-bounds write at index {n + written[0]} "
+                           f"({written.size} elements past n were written; the bounds check `i < n` is missing?)")
+    exact_src, exact_dst = backend.asarray(src_host[:n].copy()), checks.poison(n)
+    launch_checked(f"copy n={n} between buffers of exactly n elements",
+                   lambda: kernel((blocks,), (BLOCK,), (exact_src, exact_dst, np.int64(n))))
+
+
+# ---------------------------------------------------------------- the Tensor API on your kernels
+
+
+@FILL
+@pytest.mark.parametrize("shape", TENSOR_SHAPES, ids=str)
+@pytest.mark.hint("minitorch.full and ones run your memory.fill: it must work for every shape, 0-d included")
+def test_tensor_full_ones_zeros(shape):
+    value = random_value("full", shape)
+    with checks.expect_launch("memory.cu", "fill"):
+        t = minitorch.full(shape, value)
+    expect_tensor(t, shape, "minitorch.full")
+    checks.assert_close(t.numpy(), np.full(shape, value), rtol=0, what=f"minitorch.full({shape}, {value!r})")
+    checks.assert_close(minitorch.ones(shape).numpy(), np.ones(shape), rtol=0, what=f"minitorch.ones({shape})")
+    checks.assert_close(minitorch.zeros(shape).numpy(), np.zeros(shape), rtol=0, what=f"minitorch.zeros({shape})")
+
+
+@FILL
+@pytest.mark.hint("Tensor.fill_ runs your memory.fill on the tensor's own buffer")
+def test_tensor_fill_in_place():
+    t = minitorch.randn((33, 7), seed=checks.seed())
+    value = random_value("fill_")
+    with checks.expect_launch("memory.cu", "fill"):
+        same = t.fill_(value)
+    if same is not t:
+        raise GradeError("Tensor.fill_ must return the tensor itself (it works in place)")
+    checks.assert_close(t.numpy(), np.full((33, 7), value), rtol=0, what="Tensor.fill_")
+    checks.assert_close(t.to("cpu").numpy(), np.full((33, 7), value), rtol=0, what="Tensor.fill_ then .to('cpu')")
+
+
+@COPY
+@pytest.mark.parametrize("shape", TENSOR_SHAPES, ids=str)
+@pytest.mark.hint("Tensor.clone runs your memory.copy into a new buffer")
+def test_tensor_clone(shape):
+    t = minitorch.from_numpy(special_values(shape, "clone"))
+    with checks.expect_launch("memory.cu", "copy"):
+        c = t.clone()
+    if c is t:
+        raise GradeError("Tensor.clone returned the tensor itself, not a copy")
+    expect_tensor(c, shape, "Tensor.clone")
+    checks.assert_bitwise_equal(c.numpy(), t.numpy(), what=f"Tensor.clone, shape {shape}")
+    t.data.set(np.zeros(shape, np.float32))  # the clone owns its memory (not fill_: this test is about copy)
+    checks.assert_bitwise_equal(c.numpy(), special_values(shape, "clone"), what="clone after the original changed")
+
+
+@pytest.mark.hint("copies between host and device must keep every bit")
+def test_tensor_randn_same_values_on_every_device():
+    s = checks.seed()
+    on_device = minitorch.randn((17, 3), seed=s)
+    on_cpu = minitorch.randn((17, 3), device="cpu", seed=s)
+    checks.assert_bitwise_equal(on_device.numpy(), on_cpu.numpy(), what="randn on the device vs on the cpu")
+    checks.assert_bitwise_equal(on_device.to("cpu").numpy(), on_cpu.numpy(), what="randn(...).to('cpu')")
+
+
+# ---------------------------------------------------------------- performance (GPU only)
+
+PERF_N = checks.PERF_BYTES // 4
+
+
+@FILL
+@pytest.mark.perf
+@pytest.mark.hint("launch enough blocks to fill the GPU; keep the loop simple (one store per iteration)")
+def test_perf_fill_bandwidth(record_property):
+    if not checks.gpu_available():
+        pytest.skip("not measured (no GPU)")
+    import cupy
+
+    out = cupy.empty(PERF_N, np.float32)
+    mem = memory()
+    checks.perf_ratio("fill bandwidth", lambda: mem.fill(out, 1.0), lambda: out.fill(1.0),
+                      4 * PERF_N, "phase1.fill", record_property, reference_name="CuPy ndarray.fill")
+
+
+@COPY
+@pytest.mark.perf
+@pytest.mark.hint("launch enough blocks to fill the GPU; one load and one store per iteration")
+def test_perf_copy_bandwidth(record_property):
+    if not checks.gpu_available():
+        pytest.skip("not measured (no GPU)")
+    import cupy
+
+    src, dst = cupy.ones(PERF_N, np.float32), cupy.empty(PERF_N, np.float32)
+    mem = memory()
+    checks.perf_ratio("copy bandwidth", lambda: mem.copy(src, dst), lambda: cupy.copyto(dst, src),
+                      8 * PERF_N, "phase1.copy", record_property, reference_name="cupy.copyto")
+
+
+@pytest.mark.perf
+@pytest.mark.parametrize("direction", ["host-to-device", "device-to-host"])
+def test_perf_transfer_bandwidth(direction, record_property):
+    if not checks.gpu_available():
+        pytest.skip("not measured (no GPU)")
+    import cupy
+
+    host = np.ones(PERF_N // 4, np.float32)  # 64 MiB, pageable
+    if direction == "host-to-device":
+        learner, reference = (lambda: minitorch.from_numpy(host)), (lambda: cupy.asarray(host))
+    else:
+        t = minitorch.from_numpy(host)
+        dev = cupy.asarray(host)
+        learner, reference = t.numpy, dev.get
+    checks.perf_ratio(f"{direction} transfer", learner, reference, host.nbytes, "phase1.transfer",
+                      record_property, reference_name="CuPy", flush_l2=False)

@@ -1,0 +1,199 @@
+"""Step 2 of `grader check`: the phase's graded tests, in a subprocess, restarted after a crash.
+
+grader.pytest_plugin streams each test's start and result to a JSON-lines file; a test that started
+and never reported was running when the process died (CRASH) or was killed (TIMEOUT). The tests not
+reached yet run again in a fresh process: a crashed CUDA context poisons the whole process.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from grader import paths
+from grader.options import CheckOptions
+from grader.phases import Phase
+from grader.report import CRASH, FAIL, NOT_MEASURED, PASS, SKIP, TIMEOUT, CheckResult, format_measure
+from grader.subprocesses import (
+    exit_description,
+    has_pytest_timeout,
+    last_launch,
+    pytest_command,
+    read_events,
+    run_isolated,
+    tail,
+)
+
+PYTEST_TIMEOUT_BANNER = re.compile(r"\+{5,} Timeout \+{5,}")
+
+
+def _test_name(nodeid: str) -> str:
+    return nodeid.split("::", 1)[-1]
+
+
+def _classify_failure(reason: str) -> str:
+    if "KernelFault" in reason or re.search(r"cudaError|CUDA_ERROR", reason):
+        return CRASH
+    return FAIL
+
+
+def _failure_hint(result: str, reason: str, marker_hint: str | None, kernel: str | None) -> str:
+    where = f" `{kernel.split(':')[-1]}` ({kernel.split(':')[0]})" if kernel else ""
+    if "CompileError" in reason:
+        return "your kernel does not compile: fix it at the file:line shown, then run the lab cell"
+    if "NotWritten" in reason:
+        return "run the lab cell that writes this file"
+    if "NotImplementedError" in reason or "MINITORCH_TODO" in reason:
+        return "finish the TODO in the lab"
+    if result == TIMEOUT:
+        return f"your kernel{where} never finished: check its loop condition and stride"
+    if result == CRASH:
+        return f"your kernel{where} touched memory it must not: an index past n? the wrong argument?"
+    return marker_hint or ""
+
+
+def run_tests_step(phase: Phase, env: dict[str, str], work: Path, opts: CheckOptions) -> tuple[list[CheckResult], str | None]:
+    """Run the graded tests; returns their results and the device they reported."""
+    test_file = Path(opts.tests_file or paths.GRADED_TESTS_DIR / phase.tests).resolve()
+    rootdir = test_file.parent  # node ids are relative to it (used to re-run the remaining tests)
+    use_timeout = has_pytest_timeout()
+    per_test = max(1, int(opts.timeout_s))
+    step_timeout = opts.step_timeout_s or max(600.0, per_test * 20.0)
+    checks: dict[str, CheckResult] = {}
+    order: list[str] = []
+    device: str | None = None
+    collected: list[str] | None = None
+    kernel_of: dict[str, str] = {}  # nodeid -> "file:function" from the tests' kernel markers
+    hung: dict[str, str] = {}  # "file:function" -> the test in which it hung
+    remaining: list[str] | None = None  # None: the whole file
+    attempt = 0
+    while True:
+        attempt += 1
+        results_file = work / f"tests-results-{attempt}.jsonl"
+        cmd = pytest_command(results_file) + ["--rootdir", str(rootdir), "--grader-device-info"]
+        if use_timeout:
+            cmd += [f"--timeout={per_test}", "--timeout-method=thread"]
+        if opts.select:
+            cmd += ["-k", opts.select]
+        cmd += [str(rootdir / n) for n in remaining] if remaining is not None else [str(test_file)]
+        rc, output = run_isolated(cmd, env=env, cwd=work, timeout_s=step_timeout)
+        events = read_events(results_file)
+        starts: dict[str, dict[str, Any]] = {}
+        finished: set[str] = set()
+        poisoned = False
+        for ev in events:
+            kind = ev["event"]
+            if kind == "collected" and collected is None:
+                collected = ev["nodeids"]
+                kernel_of = ev.get("kernels", {})
+            elif kind == "device":
+                device = ev["device"]
+            elif kind == "start":
+                starts[ev["nodeid"]] = ev
+            elif kind == "poisoned":
+                poisoned = True
+            elif kind == "result":
+                nodeid = ev["nodeid"]
+                finished.add(nodeid)
+                start = starts.get(nodeid, {})
+                check = _result_check(ev, start)
+                if nodeid in checks and checks[nodeid].result != PASS:
+                    continue  # keep the first failure (teardown errors come after)
+                if nodeid not in checks:
+                    order.append(nodeid)
+                checks[nodeid] = check
+        if collected is None:
+            checks["<collection>"] = CheckResult(
+                "graded tests", CRASH, "tests",
+                f"the graded tests could not start ({exit_description(rc)}):\n{tail(output)}",
+                hint="read the error above (an import error in your module?)")
+            order.append("<collection>")
+            break
+        unfinished = [n for n in starts if n not in finished]
+        if unfinished:
+            nodeid = unfinished[-1]
+            start = starts[nodeid]
+            kernel = start.get("kernel")
+            launch = last_launch(work)  # "memory.cu:fill grid=(3,) block=(64,)", cleared at each test start
+            if launch:
+                kernel = launch.split()[0]
+            timed_out = rc is None or bool(PYTEST_TIMEOUT_BANNER.search(output))
+            result = TIMEOUT if timed_out else CRASH
+            running = f" while running kernel `{kernel.split(':')[-1]}` from {kernel.split(':')[0]}" if kernel else ""
+            if launch and " " in launch:
+                running += f" ({launch.split(' ', 1)[1]})"
+            if timed_out:
+                limit = per_test if rc is not None else step_timeout
+                reason = f"{_test_name(nodeid)} did not finish within {limit:g} s{running}"
+            else:
+                reason = f"{_test_name(nodeid)}: the test process died ({exit_description(rc)}){running}"
+            reason += "\n" + tail(_relevant_output(output), 2000)
+            checks[nodeid] = CheckResult(_test_name(nodeid), result, "tests", reason, nodeid=nodeid, kernel=kernel,
+                                         hint=_failure_hint(result, reason, start.get("hint"), kernel))
+            order.append(nodeid)
+            finished.add(nodeid)
+            if result == TIMEOUT and kernel:
+                hung.setdefault(kernel, _test_name(nodeid))
+        elif rc is None:  # killed while no test was running (collection, teardown): do not retry
+            checks["<step>"] = CheckResult("graded tests", TIMEOUT, "tests",
+                                           f"the graded tests were still running after {step_timeout:g} s:\n{tail(output)}")
+            order.append("<step>")
+            break
+        # Tests of a kernel that already hung would each wait for the whole timeout: report them unrun.
+        for n in collected:
+            if n not in checks and kernel_of.get(n) in hung:
+                k = kernel_of[n]
+                checks[n] = CheckResult(_test_name(n), SKIP, "tests", nodeid=n, kernel=k, reason=(
+                    f"not run: kernel `{k.split(':')[-1]}` ({k.split(':')[0]}) hung in {hung[k]}; fix that first"))
+                order.append(n)
+        done = set(checks)
+        remaining = [n for n in collected if n not in done]
+        if not remaining or not (unfinished or poisoned or rc is None):
+            break
+        if attempt > len(collected) + 1:  # cannot happen (each round finishes a test); belt and braces
+            break
+    return [checks[n] for n in order], device
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+),? in (\S+)')
+_FRAME_LINE = re.compile(r"  \S+:\d+ in ")
+_LIBRARY_PATHS = ("site-packages", "/lib/python3", "pytest_plugin.py", "<frozen")
+
+
+def _relevant_output(output: str) -> str:
+    """What explains a death: the fatal error line and the stack frames of the course's own code.
+
+    pytest-timeout and faulthandler dump every frame, pytest's and pluggy's included; the learner
+    needs the few that are theirs (memory.py, the graded test, minitorch).
+    """
+    start = -1
+    for marker in ("+++++", "Fatal Python error", "Segmentation fault", "Aborted"):
+        idx = output.find(marker)
+        if idx >= 0 and (start < 0 or idx < start):
+            start = idx
+    text = output[start:] if start >= 0 else output
+    lines = text.splitlines()
+    keep = [lines[0]] if lines and not lines[0].startswith("+") else []  # the fatal error, not the banner
+    for i, line in enumerate(lines):
+        m = _FRAME.search(line)
+        if m and not any(p in m.group(1) for p in _LIBRARY_PATHS):
+            keep.append(f"  {Path(m.group(1)).name}:{m.group(2)} in {m.group(3)}")
+            nxt = lines[i + 1].strip() if i + 1 < len(lines) else ""
+            if nxt and not _FRAME.search(nxt):
+                keep.append(f"      {nxt}")
+    return "\n".join(keep[:24]) if any(_FRAME_LINE.match(k) for k in keep) else tail(text, 1500)
+
+
+def _result_check(ev: dict[str, Any], start: dict[str, Any]) -> CheckResult:
+    nodeid, reason = ev["nodeid"], ev.get("reason", "")
+    kernel, perf = start.get("kernel"), ev.get("perf") or []
+    measured = format_measure(perf[0]) if perf else ""
+    if ev["outcome"] == "passed":
+        result = PASS
+    elif ev["outcome"] == "skipped":
+        result = NOT_MEASURED if start.get("perf") else SKIP
+    else:
+        result = _classify_failure(reason)
+    hint = _failure_hint(result, reason, start.get("hint"), kernel) if result in (FAIL, CRASH) else ""
+    return CheckResult(_test_name(nodeid), result, "tests", reason, measured, hint, nodeid, kernel, perf)

@@ -1,0 +1,109 @@
+"""grader.checks comparisons (messages the learner reads) and grader.report rendering."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from grader import checks
+from grader.report import CRASH, FAIL, NOT_MEASURED, PASS, SKIP, CheckResult, PhaseReport, render_report, render_table
+
+
+def test_equal_arrays_pass_including_nan_and_inf():
+    a = np.array([1.0, np.nan, np.inf, -np.inf, -0.0], np.float32)
+    checks.assert_close(a, a.astype(np.float64), rtol=0)
+
+
+def test_first_bad_index_expected_got_and_errors():
+    expected = np.arange(10, dtype=np.float64)
+    got = expected.astype(np.float32).copy()
+    got[3], got[7] = 3.5, 9.0
+    with pytest.raises(checks.GradeError) as err:
+        checks.assert_close(got, expected, rtol=1e-6, what="fill")
+    msg = str(err.value)
+    assert "fill: 2 of 10 values differ" in msg
+    assert "first bad index 3: expected 3.0, got 3.5" in msg
+    assert "max abs error 2, max rel error 0.286" in msg
+
+
+def test_multidimensional_index_and_never_written():
+    expected = np.ones((3, 4))
+    got = np.ones((3, 4), np.float32)
+    got[1, 2:] = np.nan
+    with pytest.raises(checks.GradeError, match=r"first bad index \(1, 2\): expected 1.0, got nan \(still NaN: poisoned"):
+        checks.assert_close(got, expected)
+
+
+def test_precision_loss_is_named():
+    rng = np.random.default_rng(0)
+    exact = rng.standard_normal(1000).astype(np.float32)
+    half = exact.astype(np.float16).astype(np.float32)
+    with pytest.raises(checks.GradeError) as err:
+        checks.assert_close(half, exact.astype(np.float64), rtol=0)
+    assert "precision loss" in str(err.value) and "max rel error" in str(err.value)
+
+
+def test_shape_mismatch():
+    with pytest.raises(checks.GradeError, match=r"shape \(3,\), expected \(4,\)"):
+        checks.assert_close(np.zeros(3, np.float32), np.zeros(4))
+
+
+def test_bitwise_catches_negative_zero_and_nan_payload():
+    a = np.array([0.0, 1.0], np.float32)
+    b = np.array([-0.0, 1.0], np.float32)
+    with pytest.raises(checks.GradeError, match=r"first bad index 0: expected -0.0 \(0x80000000\), got 0.0 \(0x00000000\)"):
+        checks.assert_bitwise_equal(a, b)
+    checks.assert_bitwise_equal(b, b.copy())
+
+
+def test_odd_sizes_are_odd():
+    assert checks.ODD_SIZES[0] == 1 and max(checks.ODD_SIZES) > 1_000_000
+    assert all(n % 32 for n in checks.ODD_SIZES)
+
+
+def test_thresholds_file_has_phase1_keys():
+    for key in ("phase1.fill", "phase1.copy", "phase1.transfer"):
+        assert 0 < checks.threshold(key) <= 1
+    with pytest.raises(KeyError, match="phase1.nope"):
+        checks.threshold("phase1.nope")
+
+
+def test_seed_is_reproducible_from_env(monkeypatch):
+    monkeypatch.setattr(checks, "_seed", None)
+    monkeypatch.setenv("GRADER_SEED", "1234")
+    assert checks.seed() == 1234
+    assert np.array_equal(checks.rng("x", 7).random(3), checks.rng("x", 7).random(3))
+    assert not np.array_equal(checks.rng("x", 7).random(3), checks.rng("x", 8).random(3))
+
+
+def test_table_wraps_long_cells():
+    text = render_table([["a", "word " * 20]], ["name", "text"], [10, 30])
+    lines = text.splitlines()
+    assert len({len(line) for line in lines}) == 1  # a rectangle
+    assert sum("word" in line for line in lines) >= 3
+
+
+def _report(*results: str, require_perf: bool = False) -> PhaseReport:
+    r = PhaseReport("phase1", "GPU memory", "emu", 7, require_perf=require_perf)
+    r.checks = [CheckResult(f"test_{i}", res, reason="why\nmore") for i, res in enumerate(results)]
+    return r
+
+
+def test_passed_rules():
+    assert _report(PASS, SKIP, NOT_MEASURED).passed
+    assert not _report(PASS, NOT_MEASURED, require_perf=True).passed
+    assert not _report(PASS, FAIL).passed
+    assert not _report(PASS, CRASH).passed
+    assert not _report().passed  # nothing ran: nothing passed
+
+
+def test_rendered_report_shows_table_details_and_verdict():
+    r = _report(PASS, FAIL)
+    r.checks[1].hint = "check i < n"
+    r.checks.append(CheckResult("test_perf", PASS, measured="1500 GB/s = 0.91x ref (>= 0.60x)"))
+    text = render_report(r)
+    assert "| check" in text and "measured vs threshold" in text
+    assert "check i < n" in text and "0.91x ref (>= 0.60x)" in text
+    assert "Details" in text and "- test_1 [FAIL]" in text
+    assert text.rstrip().endswith("phase1: NOT PASSED") and "seed 7" in text
+    assert '"passed": false' in r.to_json()

@@ -1,0 +1,162 @@
+"""Progress file, `grader status`, `grader.require` and staleness."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import grader
+from grader import progress
+from grader.cli import main
+from grader.phases import PHASES, get_phase
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch) -> tuple[Path, Path]:
+    progress_file = tmp_path / ".grader" / "progress.json"
+    monkeypatch.setenv("GRADER_PROGRESS", str(progress_file))
+    monkeypatch.delenv("GRADER_SKIP_GATES", raising=False)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "memory.cu").write_text("// kernels\n")
+    (workspace / "memory.py").write_text("# launchers\n")
+    return progress_file, workspace
+
+
+def _pass_phase1(workspace: Path, passed: bool = True, notebook: Path | None = None) -> None:
+    phase = get_phase("phase1")
+    rec = progress.make_record(phase, passed=passed, device="emu", workspace=workspace, notebook=notebook,
+                               perf=[{"name": "fill bandwidth", "ratio": 0.9}], seed=42)
+    progress.record(phase, rec)
+
+
+def test_registry_order_and_names():
+    assert list(PHASES) == ["phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7", "phase8"]
+    assert get_phase("phase3b").requires == "phase3a" and get_phase("phase4").requires == "phase3b"
+    assert get_phase("1").name == "phase1" and get_phase("3a").name == "phase3a"
+    assert [p.name for p in PHASES.values() if p.published] == ["phase1"]
+
+
+def test_fresh_status_phase2_locked_until_phase1_passes(env, capsys):
+    _, workspace = env
+    assert progress.phase_state("phase1") == "unlocked"
+    assert progress.phase_state("phase2") == "locked"
+    assert main(["status"]) == 0
+    out = capsys.readouterr().out
+    phase2_line = next(line for line in out.splitlines() if "phase2" in line)
+    assert "LOCKED" in phase2_line and "pass phase1 first" in phase2_line
+    _pass_phase1(workspace)
+    assert progress.phase_state("phase1") == "passed"
+    assert progress.phase_state("phase2") == "unlocked"
+    assert progress.phase_state("phase3a") == "locked"
+    main(["status"])
+    out = capsys.readouterr().out
+    assert "PASSED" in next(line for line in out.splitlines() if "phase1" in line)
+    assert "UNLOCKED" in next(line for line in out.splitlines() if "phase2" in line)
+
+
+def test_record_contents(env):
+    progress_file, workspace = env
+    _pass_phase1(workspace)
+    rec = json.loads(progress_file.read_text())["phases"]["phase1"]["last_pass"]
+    assert rec["passed"] and rec["device"] == "emu" and rec["seed"] == 42 and rec["perf"][0]["ratio"] == 0.9
+    assert set(rec["files"]) == {"memory.cu", "memory.py"}
+    assert all(len(h) == 64 for h in rec["files"].values())
+    assert rec["when"].endswith("+00:00")
+
+
+def test_require_raises_with_the_command_to_run(env):
+    _, workspace = env
+    grader.require("phase1")  # nothing before phase 1
+    with pytest.raises(grader.PhaseLocked, match=r"Phase 2 .* is locked: Phase 1 \(GPU memory\) has not passed yet.*`grader check phase1`"):
+        grader.require("phase2")
+    _pass_phase1(workspace)
+    grader.require("phase2")
+    with pytest.raises(grader.PhaseLocked, match="grader check phase2"):
+        grader.require("phase3a")
+
+
+def test_changed_file_makes_the_pass_stale(env, capsys):
+    _, workspace = env
+    _pass_phase1(workspace)
+    (workspace / "memory.cu").write_text("// kernels, changed\n")
+    assert progress.phase_state("phase1") == "stale"
+    assert progress.phase_state("phase2") == "locked"
+    with pytest.raises(grader.PhaseLocked, match=r"passed, but memory.cu changed since.*`grader check phase1` again"):
+        grader.require("phase2")
+    main(["status"])
+    line = next(line for line in capsys.readouterr().out.splitlines() if "phase1" in line)
+    assert "STALE" in line and "memory.cu" in line
+    (workspace / "memory.cu").write_text("// kernels\n")  # back to what was graded
+    assert progress.phase_state("phase1") == "passed"
+
+
+def test_deleted_file_is_stale(env):
+    _, workspace = env
+    _pass_phase1(workspace)
+    (workspace / "memory.py").unlink()
+    assert progress.phase_state("phase1") == "stale"
+
+
+def test_notebook_outputs_do_not_make_a_pass_stale_but_code_does(env, tmp_path):
+    _, workspace = env
+    nb_path = tmp_path / "lab.ipynb"
+    nb = {"cells": [{"cell_type": "code", "source": "x = 1", "outputs": [], "execution_count": None, "metadata": {}}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    nb_path.write_text(json.dumps(nb))
+    _pass_phase1(workspace, notebook=nb_path)
+    nb["cells"][0]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "1"}]
+    nb["cells"][0]["execution_count"] = 5
+    nb_path.write_text(json.dumps(nb))
+    assert progress.phase_state("phase1") == "passed"
+    nb["cells"][0]["source"] = "x = 2"
+    nb_path.write_text(json.dumps(nb))
+    assert progress.phase_state("phase1") == "stale"
+
+
+def test_a_failed_attempt_keeps_the_earlier_pass(env):
+    progress_file, workspace = env
+    _pass_phase1(workspace)
+    _pass_phase1(workspace, passed=False)
+    entry = json.loads(progress_file.read_text())["phases"]["phase1"]
+    assert entry["last_attempt"]["passed"] is False and entry["last_pass"]["passed"] is True
+    assert progress.phase_state("phase1") == "passed"
+
+
+def test_skip_gates_escape_hatch(env, monkeypatch):
+    monkeypatch.setenv("GRADER_SKIP_GATES", "1")
+    with pytest.warns(UserWarning, match="GRADER_SKIP_GATES"):
+        grader.require("phase5")
+
+
+def test_unpublished_phase_says_so(env, capsys):
+    assert main(["check", "phase2"]) == 2
+    assert "not published yet" in capsys.readouterr().err
+    assert main(["check", "phase9"]) == 2
+    assert "unknown phase" in capsys.readouterr().err
+
+
+def test_cpu_device_cannot_pass_a_cuda_c_phase(env, capsys):
+    assert main(["check", "phase1", "--device", "cpu", "--no-record"]) == 1
+    out = capsys.readouterr().out
+    assert "need --device cuda" in out and "NOT PASSED" in out
+
+
+def test_corrupt_progress_file_is_explained(env):
+    progress_file, _ = env
+    progress_file.parent.mkdir(parents=True)
+    progress_file.write_text("{not json")
+    with pytest.raises(RuntimeError, match="not valid JSON"):
+        progress.load()
+
+
+def test_cuda_without_a_gpu_fails_once_up_front(env, capsys):
+    from minitorch.backend import cuda_available
+
+    if cuda_available():
+        pytest.skip("a GPU is usable here")
+    assert main(["check", "phase1", "--device", "cuda", "--no-record"]) == 1
+    out = capsys.readouterr().out
+    assert "--device cuda:" in out and "grader check phase1 --device emu" in out

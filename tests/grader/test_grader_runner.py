@@ -1,0 +1,136 @@
+"""The runner survives crashing and hanging tests and attributes each to the right test.
+
+Uses synthetic test files (no minitorch needed): a pass, a failure, a hard crash (os.abort), a
+hang (killed by the per-test timeout), and tests after each, which must still run.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from grader.options import CheckOptions
+from grader.phases import get_phase
+from grader.report import CRASH, FAIL, NOT_MEASURED, PASS, SKIP, TIMEOUT
+from grader.tests_step import run_tests_step
+
+pytestmark = pytest.mark.slow  # each test starts several Python processes
+
+SYNTHETIC = '''
+import os, time, pytest
+
+def test_a_pass():
+    assert 1 + 1 == 2
+
+@pytest.mark.hint("look at the values")
+def test_b_fail():
+    assert False, "values differ: first bad index 3"
+
+@pytest.mark.kernel("memory.cu", "fill")
+def test_c_crash():
+    os.abort()
+
+def test_d_after_crash():
+    pass
+
+@pytest.mark.kernel("memory.cu", "copy")
+def test_e_hang():
+    time.sleep(60)
+
+def test_f_after_hang():
+    pass
+
+@pytest.mark.perf
+def test_g_perf():
+    pytest.skip("not measured (no GPU)")
+
+def test_h_skip():
+    pytest.skip("not relevant here")
+
+def test_i_poisoned():
+    raise RuntimeError("cudaErrorIllegalAddress: an illegal memory access was encountered")
+
+def test_j_after_poison():
+    pass
+
+@pytest.mark.perf
+def test_k_perf_measured(record_property):
+    record_property("perf", {"name": "fill", "unit": "GB/s", "measured": 1500.0, "ratio": 0.91, "threshold": 0.6})
+'''
+
+
+@pytest.fixture
+def synthetic_tests(tmp_path: Path) -> Path:
+    tests_dir = tmp_path / "graded"
+    tests_dir.mkdir()
+    (tests_dir / "test_synthetic.py").write_text(textwrap.dedent(SYNTHETIC))
+    return tests_dir / "test_synthetic.py"
+
+
+@pytest.mark.timeout(120)
+def test_crash_and_hang_are_attributed_and_the_rest_still_runs(synthetic_tests: Path, tmp_path: Path):
+    work = tmp_path / "work"
+    work.mkdir()
+    opts = CheckOptions(phase=get_phase("phase1"), timeout_s=3, tests_file=synthetic_tests)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    import os
+
+    env = {**os.environ, **env, "GRADER_RUNNING": "1"}
+    checks, _device = run_tests_step(opts.phase, env, work, opts)
+    by_name = {c.name: c for c in checks}
+    assert by_name["test_a_pass"].result == PASS
+    assert by_name["test_b_fail"].result == FAIL
+    assert "first bad index 3" in by_name["test_b_fail"].reason
+    assert by_name["test_b_fail"].hint == "look at the values"
+    crash = by_name["test_c_crash"]
+    assert crash.result == CRASH and "SIGABRT" in crash.reason and "`fill` from memory.cu" in crash.reason
+    assert by_name["test_d_after_crash"].result == PASS
+    hang = by_name["test_e_hang"]
+    assert hang.result == TIMEOUT and "did not finish within 3 s" in hang.reason and "`copy`" in hang.reason
+    assert by_name["test_f_after_hang"].result == PASS
+    assert by_name["test_g_perf"].result == NOT_MEASURED
+    assert by_name["test_h_skip"].result == SKIP
+    assert by_name["test_i_poisoned"].result == CRASH
+    assert by_name["test_j_after_poison"].result == PASS  # ran in a fresh process
+    perf = by_name["test_k_perf_measured"]
+    assert perf.result == PASS and perf.measured == "1500 GB/s = 0.91x ref (>= 0.60x)" and perf.perf[0]["ratio"] == 0.91
+    assert len(checks) == 11
+
+
+def _notebook(path: Path, *cells: tuple[str, str]) -> None:
+    import json
+
+    nb = {"cells": [{"cell_type": kind, "metadata": {}, "source": src, "id": f"c{i}",
+                     **({"outputs": [], "execution_count": None} if kind == "code" else {})}
+                    for i, (kind, src) in enumerate(cells)],
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb))
+
+
+@pytest.mark.timeout(120)
+def test_notebook_step_reports_failing_and_hanging_cells_without_touching_the_notebook(tmp_path: Path):
+    import os
+
+    from grader.notebook_step import run_notebook_step
+    from grader.report import PASS as OK
+
+    nb = tmp_path / "lab.ipynb"
+    _notebook(nb, ("markdown", "## Exercise 1: ok"), ("code", "x = 1"),
+              ("markdown", "## Exercise 2: todo"), ("code", 'raise NotImplementedError("lab / Exercise 2: todo")'),
+              ("markdown", "## Exercise 3: hang"), ("code", "import time\ntime.sleep(60)"))
+    before = nb.read_bytes()
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    opts = CheckOptions(phase=get_phase("phase1"), timeout_s=3)
+    checks = run_notebook_step(nb, env, work, opts)
+    assert nb.read_bytes() == before
+    by_name = {c.name: c for c in checks}
+    assert by_name["lab notebook: 1 of 3 cells passed"].result == OK
+    todo = by_name["lab cell 1 (Exercise 2: todo)"]
+    assert todo.result == FAIL and "NotImplementedError: lab / Exercise 2: todo" in todo.reason
+    assert "TODO" in todo.hint
+    assert by_name["lab cell 2 (Exercise 3: hang)"].result == TIMEOUT
