@@ -179,7 +179,7 @@ def edited_by_learner(lab_path: Path) -> bool:
 
 
 def backup_path(lab_path: Path, now: _dt.datetime | None = None) -> Path:
-    stamp = (now or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y%m%dT%H%M%SZ")
+    stamp = (now or _dt.datetime.now(_dt.UTC)).strftime("%Y%m%dT%H%M%SZ")
     candidate = lab_path.with_name(f"{lab_path.name}.bak-{stamp}")
     n = 1
     while candidate.exists():

@@ -88,7 +88,7 @@ def make_record(
     when: _dt.datetime | None = None,
 ) -> dict[str, Any]:
     workspace = Path(workspace).resolve()
-    when = when or _dt.datetime.now(_dt.timezone.utc)
+    when = when or _dt.datetime.now(_dt.UTC)
     return {
         "passed": passed,
         "when": when.isoformat(timespec="seconds"),
