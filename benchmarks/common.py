@@ -13,7 +13,6 @@ import datetime as _dt
 import json
 import platform
 import re
-import statistics
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -60,49 +59,16 @@ def write_results(name: str, device: str, results: list[dict[str, Any]], **extra
     return path
 
 
-def time_gpu(fn: Callable[[], Any], *, warmup: int = 3, min_reps: int = 10, max_seconds: float = 1.0,
-             flush: Callable[[], Any] | None = None) -> float:
-    """Median seconds of ``fn`` on the GPU, timed with CUDA events; ``flush`` runs untimed between reps."""
-    import cupy
+def time_gpu(fn: Callable[[], Any], *, max_seconds: float = 0.5, flush: bool = True,
+             hide_host_overhead: bool = True) -> float:
+    """Median seconds of ``fn`` on the GPU: the grader's own timing (CUDA events, warm-up, L2 flushed)."""
+    from grader.checks import time_cuda
 
-    for _ in range(warmup):
-        fn()
-    cupy.cuda.get_current_stream().synchronize()
-    times: list[float] = []
-    spent = 0.0
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    while len(times) < min_reps or (spent < max_seconds and len(times) < 1000):
-        if flush is not None:
-            flush()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        t = cupy.cuda.get_elapsed_time(start, stop) * 1e-3
-        times.append(t)
-        spent += t
-        if len(times) >= min_reps and spent >= max_seconds:
-            break
-    return statistics.median(times)
-
-
-def l2_flusher() -> Callable[[], None]:
-    """Writing a buffer twice the size of L2 evicts the previous repetition's data."""
-    import cupy
-
-    l2 = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["l2CacheSize"]
-    scratch = cupy.empty(max(2 * int(l2), 1 << 20) // 4, dtype=np.float32)
-    return lambda: scratch.fill(0)
+    return time_cuda(fn, max_time_s=max_seconds, flush_l2=flush, hide_host_overhead=hide_host_overhead)
 
 
 def solution_sources(notebook: str) -> dict[str, str]:
     """The files a solution notebook's ``%%kernel``/``%%module`` cells write, keyed by file name."""
-    cells = json.loads((ROOT / "solutions" / notebook).read_text())["cells"]
-    files: dict[str, str] = {}
-    for cell in cells:
-        text = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        first, _, body = text.partition("\n")
-        match = re.match(r"%%(kernel|module)\s+(\S+)\s*$", first)
-        if cell["cell_type"] == "code" and match:
-            files[match.group(2)] = body
-    return files
+    from grader.labs import learner_files
+
+    return learner_files(ROOT / "solutions" / notebook)

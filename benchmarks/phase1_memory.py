@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 import numpy as np
-from common import gpu_name, l2_flusher, solution_sources, time_gpu, write_results
+from common import gpu_name, solution_sources, time_gpu, write_results
 
 
 def transfers() -> list[dict]:
@@ -29,8 +29,10 @@ def transfers() -> list[dict]:
                  "pinned": cupyx.empty_pinned(n, np.float32)}
         hosts["pinned"][...] = hosts["pageable"]
         for memory, host in hosts.items():
-            h2d = time_gpu(lambda dev=dev, host=host: dev.set(host), max_seconds=0.3)
-            d2h = time_gpu(lambda dev=dev, host=host: dev.get(out=host), max_seconds=0.3)
+            h2d = time_gpu(lambda dev=dev, host=host: dev.set(host), max_seconds=0.3, flush=False,
+                           hide_host_overhead=False)
+            d2h = time_gpu(lambda dev=dev, host=host: dev.get(out=host), max_seconds=0.3, flush=False,
+                           hide_host_overhead=False)
             for direction, seconds in (("h2d", h2d), ("d2h", d2h)):
                 results.append({"direction": direction, "memory": memory, "bytes": nbytes,
                                 "seconds": seconds, "gbps": nbytes / seconds / 1e9})
@@ -81,7 +83,6 @@ def kernels() -> list[dict]:
     for name, text in solution_sources("phase1_memory.ipynb").items():
         write_source(name, text)
     mem = load_module("memory.py")
-    flush = l2_flusher()
     results = []
     for log2 in range(16, 31, 2):                        # 64 KiB .. 1 GiB per buffer
         n = (1 << log2) // 4
@@ -92,7 +93,7 @@ def kernels() -> list[dict]:
                  "copy": (lambda a=a, b=b: mem.copy(a, b), 8 * n),
                  "cupy_copy": (lambda a=a, b=b: cupy.copyto(b, a), 8 * n)}
         for kernel, (fn, nbytes) in cases.items():
-            seconds = time_gpu(fn, flush=flush, max_seconds=0.3)
+            seconds = time_gpu(fn, max_seconds=0.3)
             results.append({"kernel": kernel, "bytes": nbytes, "seconds": seconds, "gbps": nbytes / seconds / 1e9})
         mem.copy(a, b)
         assert cupy.array_equal(a, b), "the solution's copy kernel is wrong"

@@ -224,7 +224,10 @@ def _async_launches() -> Iterator[None]:
 
 
 def l2_flush_buffer() -> Any:
-    """A device buffer twice the L2 size: writing it evicts whatever the last repetition cached."""
+    """A device buffer twice the L2 size: reading it evicts whatever the last repetition cached.
+
+    Reading, not writing: a written flush leaves L2 full of dirty lines, and the timed kernel would
+    then pay for writing them back (seen on an H200: a 64 MiB copy timed at half its bandwidth)."""
     import cupy
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
@@ -255,15 +258,19 @@ def _gpu_delay(seconds: float = 200e-6) -> Callable[[], None]:
 
 
 def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, min_reps: int = 10, max_reps: int = 200,
-              max_time_s: float = 2.0, flush_l2: bool = True) -> float:
+              max_time_s: float = 2.0, flush_l2: bool = True, hide_host_overhead: bool = True) -> float:
     """Median seconds of fn() by CUDA events, after warm-up, L2 flushed before each repetition.
+
+    ``hide_host_overhead`` keeps the GPU busy while the host enqueues fn(), so only GPU work is
+    timed. Turn it off for host<->device copies: the driver stages a pageable copy on the host, and
+    that host work must count.
 
     Repeats adaptively: at least min_reps, then until max_time_s or max_reps.
     """
     import cupy
 
     flush = l2_flush_buffer() if flush_l2 else None
-    delay = _gpu_delay()
+    delay = _gpu_delay() if hide_host_overhead else (lambda: None)
     with _async_launches():
         for _ in range(warmup):
             fn()
@@ -272,7 +279,7 @@ def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, min_reps: int = 10, max
         start_wall = time.perf_counter()
         while len(times) < min_reps or (len(times) < max_reps and time.perf_counter() - start_wall < max_time_s):
             if flush is not None:
-                flush.fill(0)
+                flush.max()  # a read of every line; its result is never needed
             delay()
             start, stop = cupy.cuda.Event(), cupy.cuda.Event()
             start.record()
@@ -285,19 +292,22 @@ def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, min_reps: int = 10, max
 
 def perf_ratio(name: str, learner_fn: Callable[[], Any], reference_fn: Callable[[], Any], nbytes: float,
                threshold_key: str, record_property: Callable[[str, Any], None], *, unit: str = "GB/s",
-               reference_name: str = "CuPy", flush_l2: bool = True) -> dict[str, Any]:
+               reference_name: str = "CuPy", flush_l2: bool = True,
+               reference_nbytes: float | None = None, hide_host_overhead: bool = True) -> dict[str, Any]:
     """Time learner and reference in this process; record and enforce learner/reference >= threshold.
 
-    `nbytes` is the work of one call (bytes moved, or FLOPs with unit 'GFLOP/s').
+    `nbytes` is the work of one call (bytes moved, or FLOPs with unit 'GFLOP/s'); `reference_nbytes`
+    that of the reference when it differs (e.g. a fill measured against a copy's bandwidth).
     """
     import pytest
 
     if not gpu_available():
         pytest.skip("not measured (no GPU)")
     limit = threshold(threshold_key)
-    t_ref = time_cuda(reference_fn, flush_l2=flush_l2)
-    t_learner = time_cuda(learner_fn, flush_l2=flush_l2)
-    measured, reference = nbytes / t_learner / 1e9, nbytes / t_ref / 1e9
+    t_ref = time_cuda(reference_fn, flush_l2=flush_l2, hide_host_overhead=hide_host_overhead)
+    t_learner = time_cuda(learner_fn, flush_l2=flush_l2, hide_host_overhead=hide_host_overhead)
+    ref_work = nbytes if reference_nbytes is None else reference_nbytes
+    measured, reference = nbytes / t_learner / 1e9, ref_work / t_ref / 1e9
     record = {"name": name, "unit": unit, "measured": measured, "reference": reference,
               "reference_name": reference_name, "ratio": measured / reference, "threshold": limit,
               "threshold_key": threshold_key, "seconds": t_learner, "reference_seconds": t_ref}

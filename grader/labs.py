@@ -51,6 +51,17 @@ def _source(cell: dict[str, Any]) -> str:
     return "".join(src) if isinstance(src, list) else src
 
 
+def learner_files(notebook: Path) -> dict[str, str]:
+    """The files a notebook's ``%%kernel <file>`` / ``%%module <file>`` cells write, keyed by file name."""
+    files: dict[str, str] = {}
+    for cell in json.loads(Path(notebook).read_text())["cells"]:
+        first, _, body = _source(cell).partition("\n")
+        match = re.match(r"%%(kernel|module)\s+(\S+)\s*$", first)
+        if cell.get("cell_type") == "code" and match:
+            files[match.group(2)] = body
+    return files
+
+
 def _marker(line: str, marker: str, comment: str) -> bool:
     stripped = line.strip()
     return stripped == marker or stripped == f"{comment} {marker}" or stripped == f"{comment}{marker}"
