@@ -66,7 +66,7 @@ labs: $(STAMP)
 test-gpu:
 	@mkdir -p benchmarks/results
 	PYTHONPATH=$(CURDIR):$${PYTHONPATH:-} MINITORCH_DEVICE=cuda $(GPU_PYTHON) -m pytest -m gpu -q -p no:cacheprovider tests
-	PYTHONPATH=$(CURDIR):$${PYTHONPATH:-} $(GPU_PYTHON) -m grader check phase1 --solutions --device cuda --require-perf --json > benchmarks/results/grade-phase1-cuda.json
+	PYTHONPATH=$(CURDIR):$${PYTHONPATH:-} $(GPU_PYTHON) benchmarks/grade_solutions.py phase1
 	PYTHONPATH=$(CURDIR):$${PYTHONPATH:-} $(GPU_PYTHON) benchmarks/phase1_memory.py
 
 wheelhouse:

@@ -56,12 +56,12 @@ FILL_LOOP = "        out[i] = value;\n"
 COPY_LOOP = "        dst[i] = src[i];\n"
 
 
-def grade(tmp_path: Path, files: dict[str, str], *args: str, timeout: float = 60) -> dict:
+def grade(tmp_path: Path, files: dict[str, str], *args: str, timeout: float = 60, device: str = "emu") -> dict:
     workspace = tmp_path / "workspace"
     workspace.mkdir(exist_ok=True)
     for name, text in files.items():
         (workspace / name).write_text(text)
-    cmd = [sys.executable, "-m", "grader", "check", "phase1", "--device", "emu", "--workspace", str(workspace),
+    cmd = [sys.executable, "-m", "grader", "check", "phase1", "--device", device, "--workspace", str(workspace),
            "--no-record", "--json", "--timeout", str(timeout), *args]
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     env = {**os.environ, "GRADER_PROGRESS": str(tmp_path / "progress.json"), "PYTHONPATH": pythonpath}

@@ -1,0 +1,103 @@
+"""The known-bad fixtures on a real GPU (`make test-gpu`): the same mistakes, as CUDA reports them.
+
+On a GPU a write just past a buffer usually lands in the memory pool's rounding and does not fault,
+so the graded tests poison padding and look for it; a write far away is an illegal address that
+poisons the CUDA context, which the grader must survive and attribute to the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.grader.test_grader_fixtures import (
+    COPY_LOOP,
+    FILL_LOOP,
+    SOLUTION,
+    grade,
+    replace_once,
+    results,
+    solution_sources,
+)
+
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
+
+
+def test_empty_kernel(tmp_path):
+    files = solution_sources()
+    files["memory.cu"] = replace_once(files["memory.cu"], FILL_LOOP, "        ;\n")
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_fill_odd_sizes", device="cuda")
+    for check in results(report, "test_fill_odd_sizes"):
+        assert check["result"] == "FAIL" and "first bad index 0" in check["reason"], check
+
+
+def test_missing_bounds_check_is_caught_by_the_poisoned_padding(tmp_path):
+    files = solution_sources()
+    cu = files["memory.cu"]
+    start, end = cu.index('extern "C" __global__ void fill'), cu.index('extern "C" __global__ void copy')
+    files["memory.cu"] = cu[:start] + (
+        'extern "C" __global__ void fill(float* out, float value, long long n) {\n'
+        "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    out[i] = value;\n"
+        "}\n\n") + cu[end:]
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_fill_kernel_no_write_past_n", device="cuda")
+    checks = results(report, "test_fill_kernel_no_write_past_n")
+    assert all(c["result"] in ("FAIL", "CRASH") for c in checks), checks
+    assert any("wrote past the end" in c["reason"] for c in checks), checks
+
+
+def test_numpy_instead_of_the_kernel(tmp_path):
+    files = solution_sources()
+    files["memory.py"] = replace_once(
+        files["memory.py"],
+        '    kernel((blocks_for(n),), (THREADS,), (out, np.float32(value), np.int64(n)))\n',
+        '    out.set(np.full(out.shape, value, dtype=np.float32))\n')
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_fill_odd_sizes", device="cuda")
+    for check in results(report, "test_fill_odd_sizes"):
+        assert "no launch of `fill` from memory.cu was recorded" in check["reason"], check
+
+
+def test_low_precision(tmp_path):
+    files = solution_sources()
+    cu = replace_once(files["memory.cu"], COPY_LOOP, "        dst[i] = __half2float(__float2half(src[i]));\n")
+    files["memory.cu"] = "#include <cuda_fp16.h>\n" + cu
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_copy_values", device="cuda")
+    assert any("max rel error" in c["reason"] for c in results(report, "test_copy_values") if c["result"] == "FAIL")
+
+
+def test_hanging_kernel_is_killed_and_named(tmp_path):
+    files = solution_sources()
+    files["memory.cu"] = replace_once(files["memory.cu"], FILL_LOOP, "        while (true) { }\n")
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_fill_kernel_small_grid_covers_all",
+                   timeout=8, device="cuda")
+    [check] = results(report, "test_fill_kernel_small_grid_covers_all")
+    assert check["result"] == "TIMEOUT" and "`fill` from memory.cu" in check["reason"], check
+
+
+def test_illegal_address_is_a_crash_naming_the_kernel(tmp_path):
+    files = solution_sources()
+    files["memory.cu"] = replace_once(files["memory.cu"], FILL_LOOP, "        out[i + (1LL << 36)] = value;\n")
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_fill_odd_sizes or test_copy_values", device="cuda")
+    crashes = [c for c in results(report, "test_fill_odd_sizes") if c["result"] == "CRASH"]
+    assert crashes, results(report, "test_fill_odd_sizes")
+    for check in crashes:
+        assert "kernel `fill` from memory.cu" in check["reason"], check
+        assert "illegal" in check["reason"].lower() or "address" in check["reason"].lower(), check
+    # the context is poisoned after the crash; the copy tests still run, in a fresh process, and pass
+    assert all(c["result"] == "PASS" for c in results(report, "test_copy_values")), results(report, "test_copy_values")
+
+
+def test_compile_error_names_file_and_line(tmp_path):
+    nb = json.loads(SOLUTION.read_text())
+    for cell in nb["cells"]:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if src.startswith("%%kernel memory.cu"):
+            cell["source"] = replace_once(src, FILL_LOOP, "        out[i] = value\n")
+            bad_line = cell["source"].split("\n")[1:].index("        out[i] = value") + 1
+    notebook = tmp_path / "phase1_memory.ipynb"
+    notebook.write_text(json.dumps(nb))
+    report = grade(tmp_path, {}, "--notebook", str(notebook), "-k", "test_fill_odd_sizes", device="cuda")
+    for check in results(report, "test_fill_odd_sizes"):
+        assert f"memory.cu({bad_line + 1})" in check["reason"] or f"memory.cu({bad_line})" in check["reason"] \
+            or f"memory.cu:{bad_line}" in check["reason"], check["reason"]
