@@ -101,3 +101,16 @@ def test_compile_error_names_file_and_line(tmp_path):
     for check in results(report, "test_fill_odd_sizes"):
         assert f"memory.cu({bad_line + 1})" in check["reason"] or f"memory.cu({bad_line})" in check["reason"] \
             or f"memory.cu:{bad_line}" in check["reason"], check["reason"]
+
+
+def test_too_few_blocks_fails_the_bandwidth_threshold(tmp_path):
+    """Correct but slow: 8 blocks of 256 threads leave most of the GPU's multiprocessors idle."""
+    files = solution_sources()
+    files["memory.py"] = replace_once(files["memory.py"], "    return max(1, min((n + THREADS - 1) // THREADS, MAX_BLOCKS))\n",
+                                      "    return 8\n")
+    report = grade(tmp_path, files, "--no-notebook", "--require-perf", "-k",
+                   "test_perf_fill_bandwidth or test_perf_copy_bandwidth or test_fill_odd_sizes", device="cuda")
+    assert all(c["result"] == "PASS" for c in results(report, "test_fill_odd_sizes"))  # still correct
+    for name in ("test_perf_fill_bandwidth", "test_perf_copy_bandwidth"):
+        [check] = results(report, name)
+        assert check["result"] == "FAIL" and "at least 0.70x is needed" in check["reason"], check
