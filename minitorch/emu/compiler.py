@@ -1,0 +1,602 @@
+"""Compiling CUDA C for the CPU: source scanning, code generation, the compile cache.
+
+The learner's source is compiled *unmodified* (one exception: ``extern __shared__`` declarations
+are rewritten on the same line) with ``runtime/prelude.h`` force-included, so compiler messages
+carry the learner's file name and line numbers. Launch thunks are generated in a wrapper file that
+``#include``s the source; C++ template deduction in the thunks gives each kernel's parameter types.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
+INCLUDE_DIR = RUNTIME_DIR / "include"
+_lock = threading.Lock()
+
+
+class CompileError(Exception):
+    """The CUDA C source did not compile. The message is the compiler's output, with the
+    learner's file name and line numbers."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log or message
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiler and cache
+# ---------------------------------------------------------------------------------------------
+_cxx_cache: dict[str, tuple[str, str]] = {}
+
+
+def compiler() -> tuple[str, str]:
+    """(path, version line) of the C++ compiler: $CXX, else g++, else clang++."""
+    if "cxx" in _cxx_cache:
+        return _cxx_cache["cxx"]
+    for cand in [os.environ.get("CXX"), "g++", "clang++", "c++"]:
+        if cand and shutil.which(cand):
+            path = shutil.which(cand)
+            assert path is not None
+            out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
+            _cxx_cache["cxx"] = (path, out.splitlines()[0] if out else cand)
+            return _cxx_cache["cxx"]
+    raise CompileError("no C++ compiler found: the emulator needs g++ or clang++ (C++17). "
+                       "Install one (e.g. `apt install g++`) or set CXX.")
+
+
+def cache_dir() -> Path:
+    """$MINITORCH_EMU_CACHE, else ~/.cache/minitorch/emu, else a temporary directory."""
+    cands = []
+    if os.environ.get("MINITORCH_EMU_CACHE"):
+        cands.append(Path(os.environ["MINITORCH_EMU_CACHE"]))
+    cands.append(Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "minitorch" / "emu")
+    cands.append(Path(tempfile.gettempdir()) / f"minitorch-emu-{os.getuid()}")
+    for d in cands:
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            probe = d / f".probe-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
+            return d
+        except OSError:
+            continue
+    raise CompileError("no writable directory for the emulator's compile cache; set MINITORCH_EMU_CACHE")
+
+
+def _runtime_files() -> list[Path]:
+    files = sorted(p for p in RUNTIME_DIR.rglob("*") if p.is_file() and p.suffix in (".h", ".cpp", ""))
+    return [p for p in files if "__pycache__" not in p.parts]
+
+
+_runtime_digest: dict[str, str] = {}
+
+
+def runtime_digest() -> str:
+    """Hash of every runtime file, of this file and of the compiler version (part of every cache key)."""
+    if "d" not in _runtime_digest:
+        h = hashlib.sha256(compiler()[1].encode() + _runtime_defines().__repr__().encode())
+        for p in _runtime_files():
+            h.update(str(p.relative_to(RUNTIME_DIR)).encode())
+            h.update(p.read_bytes())
+        h.update(Path(__file__).read_bytes())  # how modules are built is part of the key too
+        _runtime_digest["d"] = h.hexdigest()
+    return _runtime_digest["d"]
+
+
+def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=str(cwd), capture_output=True, text=True)
+
+
+def _runtime_defines() -> list[str]:
+    # MINITORCH_EMU_UCONTEXT=1 builds the portable ucontext context switch instead of the
+    # hand-written one (for testing the fallback; other architectures get it automatically).
+    return ["-DEMU_FORCE_UCONTEXT"] if os.environ.get("MINITORCH_EMU_UCONTEXT", "") not in ("", "0") else []
+
+
+PAD_LO, PAD_HI = 4096, 16384
+
+
+def build_pads() -> tuple[Path, Path]:
+    """The two thread-local red-zone objects linked around every module (runtime/tls_pad.cpp)."""
+    d = runtime_digest()[:16]
+    out = (cache_dir() / f"emu_pad_lo-{d}.o", cache_dir() / f"emu_pad_hi-{d}.o")
+    if all(p.exists() for p in out):
+        return out
+    with _lock:
+        for p, name, size in ((out[0], "__emu_pad_lo", PAD_LO), (out[1], "__emu_pad_hi", PAD_HI)):
+            if p.exists():
+                continue
+            tmp = p.with_suffix(f".{os.getpid()}.tmp")
+            r = _run([compiler()[0], "-std=c++17", "-O2", "-fPIC", "-c", f"-DEMU_PAD_NAME={name}",
+                      f"-DEMU_PAD_SIZE={size}", str(RUNTIME_DIR / "tls_pad.cpp"), "-o", str(tmp)], cache_dir())
+            if r.returncode != 0:
+                raise CompileError("building the emulator runtime failed:\n" + r.stdout + r.stderr)
+            os.replace(tmp, p)
+    return out
+
+
+def build_runtime() -> Path:
+    """The runtime shared library, compiled once per content hash."""
+    out = cache_dir() / f"libminitorch_emu_rt-{runtime_digest()[:16]}.so"
+    if out.exists():
+        return out
+    with _lock:
+        if out.exists():
+            return out
+        cxx = compiler()[0]
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        cmd = [cxx, "-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-pthread", "-U_FORTIFY_SOURCE",
+               "-fno-stack-protector", *_runtime_defines(), "-I", str(RUNTIME_DIR), str(RUNTIME_DIR / "runtime.cpp"),
+               "-o", str(tmp)]
+        r = _run(cmd, cache_dir())
+        if r.returncode != 0:
+            raise CompileError("building the emulator runtime failed:\n" + r.stdout + r.stderr)
+        os.replace(tmp, out)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Source scanning
+# ---------------------------------------------------------------------------------------------
+def strip_source(src: str) -> str:
+    """The source with comments and string/char literal contents replaced by spaces (newlines
+    kept, so offsets and line numbers stay valid). ``"C"`` is kept for ``extern "C"``."""
+    out = list(src)
+    i, n = 0, len(src)
+    while i < n:
+        c = src[i]
+        if c == "/" and i + 1 < n and src[i + 1] == "/":
+            j = src.find("\n", i)
+            j = n if j < 0 else j
+            for k in range(i, j):
+                out[k] = " "
+            i = j
+        elif c == "/" and i + 1 < n and src[i + 1] == "*":
+            j = src.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            for k in range(i, j):
+                if out[k] != "\n":
+                    out[k] = " "
+            i = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and src[j] != c and src[j] != "\n":
+                j += 2 if src[j] == "\\" else 1
+            if not (c == '"' and src[i:j + 1] == '"C"'):
+                for k in range(i + 1, min(j, n)):
+                    out[k] = " "
+            i = j + 1
+        else:
+            i += 1
+    return "".join(out)
+
+
+def line_of(src: str, pos: int) -> tuple[int, int]:
+    line = src.count("\n", 0, pos) + 1
+    col = pos - (src.rfind("\n", 0, pos) + 1) + 1
+    return line, col
+
+
+def _match_close(s: str, i: int, open_c: str, close_c: str) -> int:
+    """Index just after the bracket matching the one at s[i]."""
+    depth = 0
+    for j in range(i, len(s)):
+        if s[j] == open_c:
+            depth += 1
+        elif s[j] == close_c:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return len(s)
+
+
+@dataclass
+class FuncDef:
+    name: str
+    params: str
+    body: str
+    start: int
+    extern_c: bool
+    template: bool
+    is_global: bool
+    param_names: list[str] = field(default_factory=list)
+
+
+def _extern_c_blocks(s: str) -> list[tuple[int, int]]:
+    blocks = []
+    for m in re.finditer(r'extern\s*"C"\s*\{', s):
+        b = m.end() - 1
+        blocks.append((b, _match_close(s, b, "{", "}")))
+    return blocks
+
+
+def _param_names(params: str) -> list[str]:
+    names = []
+    depth, cur = 0, ""
+    parts = []
+    for ch in params:
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    for p in parts:
+        p = re.sub(r"=.*$", "", p.strip())
+        ids = re.findall(r"[A-Za-z_]\w*", p)
+        ids = [i for i in ids if i not in ("const", "volatile", "__restrict__", "__restrict", "restrict")]
+        names.append(ids[-1] if len(ids) >= 2 and not p.rstrip().endswith("*") else "")
+    return names
+
+
+def find_functions(s: str, qualifier: str) -> list[FuncDef]:
+    """Definitions introduced by ``qualifier`` (__global__ or __device__) in stripped source."""
+    blocks = _extern_c_blocks(s)
+    out = []
+    for m in re.finditer(rf"\b{qualifier}\b", s):
+        j = m.end()
+        # skip to the parameter list: the first '(' not belonging to __launch_bounds__/attributes
+        name = None
+        while j < len(s):
+            lb = re.match(r"\s*(__launch_bounds__|__attribute__|__align__|alignas)\s*\(", s[j:])
+            if lb:
+                j = _match_close(s, j + lb.end() - 1, "(", ")")
+                continue
+            if s[j] in ";{}=":
+                break
+            if s[j] == "(":
+                ids = re.findall(r"([A-Za-z_]\w*)\s*(?:<[^;{}()]*>)?\s*$", s[m.end():j])
+                name = ids[-1] if ids else None
+                break
+            j += 1
+        if not name or j >= len(s) or s[j] != "(":
+            continue
+        pe = _match_close(s, j, "(", ")")
+        params = s[j + 1:pe - 1]
+        k = pe
+        while k < len(s) and s[k] in " \t\r\n":
+            k += 1
+        # trailing qualifiers such as `const` or `noexcept` are not expected on kernels
+        if k >= len(s) or s[k] != "{":
+            continue
+        be = _match_close(s, k, "{", "}")
+        prefix_start = max(s.rfind(";", 0, m.start()), s.rfind("}", 0, m.start()), s.rfind("{", 0, m.start()))
+        prefix = s[prefix_start + 1:m.start()]
+        tail = s[m.end():j]
+        extern_c = bool(re.search(r'extern\s*"C"', prefix + tail)) or any(a < m.start() < b for a, b in blocks)
+        template = bool(re.search(r"\btemplate\s*<", prefix))
+        out.append(FuncDef(name, params, s[k:be], m.start(), extern_c, template, qualifier == "__global__",
+                           _param_names(params)))
+    return out
+
+
+SYNC_TOKENS = {
+    "__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or", "__syncwarp",
+    "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync", "__any_sync",
+    "__all_sync", "__match_any_sync", "__match_all_sync", "__activemask", "this_thread_block", "tiled_partition",
+    "sync",
+}
+
+_UNSUPPORTED = [
+    (r"\b(asm|__asm__|__asm)\b\s*(volatile|__volatile__)?\s*\(", "inline PTX `asm`"),
+    (r"\bnvcuda\s*::\s*wmma\b|\bwmma\s*::|#\s*include\s*<mma\.h>|\bmma_sync\b", "tensor-core `wmma`/`mma`"),
+    (r"\b__pipeline_memcpy_async\b|\bcuda\s*::\s*memcpy_async\b|\b__pipeline_commit\b|\bcp_async\w*\b|"
+     r"#\s*include\s*<cuda_pipeline\.h>|#\s*include\s*<cuda/pipeline>", "`cp.async` (asynchronous copies)"),
+    (r"\bthis_grid\s*\(|\bgrid_group\b|\bcudaLaunchCooperativeKernel\b", "grid-wide cooperative groups"),
+    (r"<<<", "dynamic parallelism (a kernel launch inside device code)"),
+    (r"\btex[123]D\w*\s*[<(]|\btex1Dfetch\b|\btexture\s*<|\bcudaTextureObject_t\b|\bsurf[123]D\w*\b|"
+     r"\bcudaSurfaceObject_t\b", "textures and surfaces"),
+]
+
+
+@dataclass
+class SourceInfo:
+    text: str                      # the source to compile (extern __shared__ rewritten)
+    kernels: dict[str, FuncDef]    # extern "C" __global__ definitions by name
+    templates: dict[str, FuncDef]  # every __global__ definition by base name (for name_expressions)
+    sync_names: set[str]
+    dyn_shared_names: list[str]
+    all_sync: bool                 # could not scan everything: every kernel uses fibers
+
+
+def check_unsupported(src: str, stripped: str, filename: str) -> None:
+    msgs = []
+    for pat, what in _UNSUPPORTED:
+        for m in re.finditer(pat, stripped):
+            line, col = line_of(src, m.start())
+            msgs.append(f"{filename}:{line}:{col}: error: {what} is not supported by the CUDA C emulator: "
+                        "this kernel needs an NVIDIA GPU (or Google Colab with a GPU runtime)")
+            break
+    if msgs:
+        raise CompileError("\n".join(msgs))
+
+
+def _rewrite_extern_shared(src: str, stripped: str) -> tuple[str, list[str]]:
+    pat = re.compile(r"\bextern\s+(?:__shared__\s+((?:__align__\s*\(\s*\d+\s*\)\s*)?)|"
+                     r"((?:__align__\s*\(\s*\d+\s*\)\s*)?)__shared__\s+)"
+                     r"(?P<type>[^;\[\]{}()]*?(?:__align__\s*\(\s*\d+\s*\))?[^;\[\]{}()]*?)\s*\b(?P<name>[A-Za-z_]\w*)"
+                     r"\s*\[\s*\]\s*;")
+    # brace kinds: does a position lie inside a function body?
+    out, last, names = [], 0, []
+    for m in pat.finditer(stripped):
+        typ = re.sub(r"__align__\s*\(\s*\d+\s*\)", "", m.group("type")).strip()
+        name = m.group("name")
+        names.append(name)
+        depth_fn = _in_function(stripped, m.start())
+        nl = src.count("\n", m.start(), m.end())
+        if depth_fn:
+            rep = f"{typ}* const {name} = ({typ}*)__emu_dyn_smem();"
+        else:
+            rep = f"static __emu_dynarr<{typ}> {name};"
+        out.append(src[last:m.start()])
+        out.append(rep + "\n" * nl)
+        last = m.end()
+    out.append(src[last:])
+    return "".join(out), names
+
+
+def _in_function(s: str, pos: int) -> bool:
+    stack: list[bool] = []
+    for m in re.finditer(r"[{}]", s[:pos]):
+        if m.group() == "{":
+            before = s[max(0, m.start() - 200):m.start()]
+            is_scope = bool(re.search(r'(namespace(\s+\w+)?|extern\s*"C"|(struct|class|union)\s+\w+[^;{}()]*)\s*$',
+                                      before))
+            stack.append(not is_scope)
+        elif stack:
+            stack.pop()
+    return any(stack)
+
+
+def scan_source(src: str, filename: str) -> SourceInfo:
+    stripped = strip_source(src)
+    check_unsupported(src, stripped, filename)
+    text, dyn_names = _rewrite_extern_shared(src, stripped)
+    globals_ = find_functions(stripped, "__global__")
+    devices = find_functions(stripped, "__device__")
+    kernels = {f.name: f for f in globals_ if f.extern_c and not f.template}
+    templates: dict[str, FuncDef] = {}
+    for f in globals_:
+        templates.setdefault(f.name, f)
+    # Which functions (transitively) use a barrier or warp primitive?
+    sync = set(SYNC_TOKENS)
+    for m in re.finditer(r"^[ \t]*#[ \t]*define[ \t]+(\w+)(.*)$", stripped, re.M):
+        if set(re.findall(r"\w+", m.group(2))) & sync:
+            sync.add(m.group(1))
+    changed = True
+    while changed:
+        changed = False
+        for f in devices:
+            if f.name not in sync and set(re.findall(r"\w+", f.body)) & sync:
+                sync.add(f.name)
+                changed = True
+    sync_names = {f.name for f in globals_ if set(re.findall(r"\w+", f.body)) & sync}
+    local_includes = re.search(r'^[ \t]*#[ \t]*include[ \t]*"', src, re.M) is not None
+    return SourceInfo(text, kernels, templates, sync_names, dyn_names, local_includes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Code generation and compilation
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Export:
+    index: int
+    name: str          # as the learner asks for it: "fill" or "scale<float>"
+    expr: str          # C++ expression of the function: "fill" or "scale<float>"
+    base: str          # base function name
+    uses_sync: bool
+
+
+@dataclass
+class Built:
+    so_path: Path
+    exports: list[Export]
+    tls_symbols: list[dict]   # {"name", "offset", "size"} of TLS symbols (static __shared__ + anchor)
+    check: bool
+    filename: str
+    source: str
+    compile_seconds: float
+    cached: bool
+
+
+def _normalize_expr(e: str) -> str:
+    return re.sub(r"\s+", "", e)
+
+
+def _translate_messages(log: str, filename: str, build: Path) -> str:
+    lines = []
+    for ln in log.splitlines():
+        if ln.startswith("In file included from __emu_tu.cpp") or re.match(r"\s+from __emu_tu\.cpp", ln):
+            continue
+        ln = ln.replace(str(build) + os.sep, "")
+        ln = ln.replace(str(RUNTIME_DIR) + os.sep, "<emu>/")
+        lines.append(ln)
+    return "\n".join(lines)
+
+
+def _readelf_tls(so: Path) -> list[dict]:
+    r = subprocess.run(["readelf", "-sW", str(so)], capture_output=True, text=True)
+    syms = {}
+    for ln in r.stdout.splitlines():
+        parts = ln.split()
+        if len(parts) >= 8 and parts[3] == "TLS" and parts[6] != "UND":
+            syms[parts[7].split("@")[0]] = (int(parts[1], 16), int(parts[2], 0))
+    names = list(syms)
+    dem = names
+    if names and shutil.which("c++filt"):
+        p = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True)
+        if p.returncode == 0 and len(p.stdout.splitlines()) == len(names):
+            dem = p.stdout.splitlines()
+    return [{"mangled": n, "name": d, "offset": syms[n][0], "size": syms[n][1]} for n, d in zip(names, dem, strict=True)]
+
+
+def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str, ...] | None,
+                 filename: str, check: bool) -> Built:
+    import time
+
+    t0 = time.perf_counter()
+    filename = os.path.basename(filename) or "kernel.cu"
+    info = scan_source(src, filename)
+    cxx, version = compiler()
+    flags = _translate_options(options)
+    exprs = list(name_expressions or ())
+    key_src = json.dumps({"src": src, "file": filename, "flags": flags, "exprs": exprs, "check": check,
+                          "rt": runtime_digest(), "fibers": os.environ.get("MINITORCH_EMU_FIBERS", "")})
+    key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
+    cdir = cache_dir()
+    so = cdir / f"mod-{key}.so"
+    meta = cdir / f"mod-{key}.json"
+    force_fibers = info.all_sync or os.environ.get("MINITORCH_EMU_FIBERS", "") not in ("", "0")
+
+    exports: list[Export] = []
+    for name in info.kernels:
+        exports.append(Export(len(exports), name, name, name, force_fibers or name in info.sync_names))
+    for e in exprs:
+        base = re.match(r"\s*(?:::)?([A-Za-z_][\w:]*)", e)
+        b = base.group(1).split("::")[-1] if base else e
+        exports.append(Export(len(exports), _normalize_expr(e), e, b, force_fibers or b in info.sync_names))
+
+    if so.exists() and meta.exists():
+        try:
+            m = json.loads(meta.read_text())
+            kept = set(m["exports"])
+            exports = [ex for ex in exports if ex.name in kept]
+            return Built(so, exports, m["tls"], check, filename, src, time.perf_counter() - t0, True)
+        except (OSError, ValueError, KeyError):
+            pass
+
+    build = cdir / "build" / f"{key}-{os.getpid()}"  # per process: concurrent compiles never collide
+    build.mkdir(parents=True, exist_ok=True)
+    (build / filename).write_text(info.text)
+    base_flags = [cxx, "-std=c++17", "-O2", "-g1", "-fPIC", "-fno-strict-aliasing", "-fno-math-errno",
+                  "-fstack-clash-protection", "-fno-builtin-printf", "-fno-builtin-abort", "-U_FORTIFY_SOURCE",
+                  "-fvisibility=hidden", "-fno-stack-protector", "-Wno-unused-function", "-Wno-unknown-pragmas",
+                  "-I", str(RUNTIME_DIR), "-I", str(INCLUDE_DIR), "-include", str(RUNTIME_DIR / "prelude.h"),
+                  *flags]
+    tmp = build / f"mod.{os.getpid()}.so"
+    pad_lo, pad_hi = (str(p) for p in build_pads())
+
+    def compile_with(exs: list[Export]) -> tuple[subprocess.CompletedProcess[str], dict[int, int]]:
+        gen = [f'#include "{filename}"', ""]
+        line_owner: dict[int, int] = {}
+        for ex in exs:
+            expr = ex.expr.strip()
+            k = f"__emu_gen::K<&{expr if expr.startswith('::') else '::' + expr}>"
+            vis = 'extern "C" __attribute__((visibility("default")))'
+            for ln in (f"{vis} void __emu_k{ex.index}_run1(void** __emu_a) {{ {k}::run1(__emu_a); }}",
+                       f"{vis} void __emu_k{ex.index}_plain(void** __emu_a, EmuCtx* __emu_c, const unsigned* __emu_o)"
+                       f" {{ {k}::plain(__emu_a, __emu_c, __emu_o); }}",
+                       f"{vis} const char* __emu_k{ex.index}_desc() {{ return {k}::desc(); }}"):
+                gen.append(ln)
+                line_owner[len(gen)] = ex.index
+        (build / "__emu_tu.cpp").write_text("\n".join(gen) + "\n")
+        if check:
+            if "clang" in version.lower():
+                tsan = ["-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=false",
+                        "-mllvm", "-tsan-distinguish-volatile=true"]
+            else:
+                tsan = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0",
+                        "--param=tsan-distinguish-volatile=1"]
+            r = _run([*base_flags, *tsan, "-c", "__emu_tu.cpp", "-o", "mod.o"], build)
+            if r.returncode == 0:
+                r = _run([cxx, "-shared", "-Wl,-Bsymbolic", pad_lo, "mod.o", pad_hi, "-o", str(tmp)], build)
+        else:
+            # link order = TLS order: red zone, the learner's __shared__ variables, red zone
+            r = _run([*base_flags, "-shared", "-Wl,-Bsymbolic", pad_lo, "__emu_tu.cpp", pad_hi, "-o", str(tmp)],
+                     build)
+        return r, line_owner
+
+    r, owner = compile_with(exports)
+    if r.returncode != 0:
+        log = r.stdout + r.stderr
+        bad_lines = {int(m.group(1)) for m in re.finditer(r"^__emu_tu\.cpp:(\d+):\d+: error", log, re.M)}
+        learner_errors = re.search(r"^(?!__emu_tu\.cpp)[^\s:][^:]*:\d+:\d+: (fatal )?error", log, re.M)
+        bad = {owner[ln] for ln in bad_lines if ln in owner}
+        if bad and not learner_errors:
+            named = [ex for ex in exports if ex.index in bad and ex.name in {_normalize_expr(e) for e in exprs}]
+            if named:
+                raise CompileError(f"{filename}: name_expressions {[ex.expr for ex in named]} do not name kernels "
+                                   f"that can be instantiated from this source:\n"
+                                   + _translate_messages(log, filename, build), log)
+            # A kernel the source scan found but the preprocessor removed (#if 0 ...): drop it.
+            exports = [ex for ex in exports if ex.index not in bad]
+            r, owner = compile_with(exports)
+    if r.returncode != 0:
+        log = _translate_messages(r.stdout + r.stderr, filename, build)
+        raise CompileError(log, log)
+    tls = _readelf_tls(tmp)
+    os.replace(tmp, so)
+    meta.write_text(json.dumps({"tls": tls, "file": filename, "exports": [ex.name for ex in exports]}))
+    shutil.rmtree(build, ignore_errors=True)
+    return Built(so, exports, tls, check, filename, src, time.perf_counter() - t0, False)
+
+
+def _translate_options(options: tuple[str, ...]) -> list[str]:
+    """NVRTC options -> compiler flags: macros and include paths are kept, the rest ignored."""
+    out: list[str] = []
+    it = iter(options)
+    for o in it:
+        if o in ("-D", "--define-macro", "-I", "--include-path", "-U"):
+            v = next(it, "")
+            flag = {"--define-macro": "-D", "--include-path": "-I"}.get(o, o)
+            out += [flag + v]
+        elif o.startswith(("-D", "-U", "-I")):
+            out.append(o)
+        elif o.startswith("--define-macro="):
+            out.append("-D" + o.split("=", 1)[1])
+        elif o.startswith("--include-path="):
+            out.append("-I" + o.split("=", 1)[1])
+        elif re.match(r"-std=c\+\+(20|2a|23|2b)$", o):
+            out.append(o)
+    return out
+
+
+def addr2line(so: Path, offsets: list[int]) -> list[tuple[str, int]]:
+    """(file, line) for each code offset in the module; ("", 0) when unknown."""
+    if not offsets or not shutil.which("addr2line"):
+        return [("", 0)] * len(offsets)
+    r = subprocess.run(["addr2line", "-i", "-a", "-e", str(so), *[hex(o) for o in offsets]],
+                       capture_output=True, text=True)
+    res: list[list[tuple[str, int]]] = []
+    for ln in r.stdout.splitlines():
+        if ln.startswith("0x"):
+            res.append([])
+            continue
+        m = re.match(r"(.*):(\d+)", ln)
+        if res and m:
+            res[-1].append((os.path.basename(m.group(1)), int(m.group(2))))
+    ours = {p.name for p in _runtime_files()}  # prefer the learner's frame to an inlined prelude function
+    out = []
+    for frames in res:
+        pick = ("", 0)
+        for f, ln_ in frames:
+            if f and f not in ours and ln_ > 0:
+                pick = (f, ln_)
+                break
+        if pick == ("", 0) and frames:
+            pick = frames[0]
+        out.append(pick)
+    while len(out) < len(offsets):
+        out.append(("", 0))
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover - debugging aid
+    print(build_runtime())
+    print(build_module(Path(sys.argv[1]).read_text(), (), None, sys.argv[1], False))

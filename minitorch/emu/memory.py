@@ -1,0 +1,313 @@
+"""Device arrays of the emulator: guarded host buffers.
+
+Each buffer ends flush against a ``PROT_NONE`` guard page and starts after one, so a kernel that
+reads or writes past the end faults at once and the fault address gives the exact byte offset.
+The start is aligned to 16 bytes (``float4`` loads stay legal), which can leave up to 15 bytes
+between the end of the data and the guard page: those bytes hold a canary that is checked after
+each launch. Copies in and out are explicit, like host-to-device and device-to-host copies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import rt
+
+ALIGN = 16
+CANARY = 0xA5
+FRONT_CANARY = 64   # bytes before the data that are checked after each launch
+
+_registry: dict[int, weakref.ref[_Buffer]] = {}
+_reg_lock = threading.Lock()
+
+
+class _Buffer:
+    """One guarded allocation; freed when the last DeviceArray using it goes away."""
+
+    __slots__ = ("ptr", "nbytes", "map_lo", "map_len", "__weakref__")
+
+    def __init__(self, nbytes: int) -> None:
+        lib = rt.lib()
+        lo, ln = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+        ptr = lib.emu_alloc(nbytes, ALIGN, ctypes.byref(lo), ctypes.byref(ln))
+        if not ptr:
+            raise MemoryError(f"cudaErrorMemoryAllocation: out of memory allocating {nbytes} bytes")
+        self.ptr = int(ptr)
+        self.nbytes = int(nbytes)
+        self.map_lo = lo.value
+        self.map_len = ln.value
+        tail = self.tail_len
+        if tail:
+            ctypes.memset(self.ptr + self.nbytes, CANARY, tail)
+        front = self.front_len
+        if front:
+            ctypes.memset(self.ptr - front, CANARY, front)
+        with _reg_lock:
+            _registry[self.map_lo] = weakref.ref(self)
+        weakref.finalize(self, _free, self.map_lo, self.map_len)
+
+    @property
+    def data_end_page(self) -> int:
+        return self.map_lo + self.map_len - 4096
+
+    @property
+    def tail_len(self) -> int:
+        return self.data_end_page - (self.ptr + self.nbytes)
+
+    @property
+    def front_len(self) -> int:
+        return min(FRONT_CANARY, self.ptr - (self.map_lo + 4096))
+
+    def canary_damage(self) -> int | None:
+        """Byte offset (relative to the data) of the first damaged canary byte, or None."""
+        tail = self.tail_len
+        if tail:
+            raw = ctypes.string_at(self.ptr + self.nbytes, tail)
+            if raw != bytes([CANARY]) * tail:
+                first = next(i for i, b in enumerate(raw) if b != CANARY)
+                return self.nbytes + first
+        front = self.front_len
+        if front:
+            raw = ctypes.string_at(self.ptr - front, front)
+            if raw != bytes([CANARY]) * front:
+                first = next(i for i, b in enumerate(raw) if b != CANARY)
+                return -(front - first)
+        return None
+
+    def repair_canary(self) -> None:
+        if self.tail_len:
+            ctypes.memset(self.ptr + self.nbytes, CANARY, self.tail_len)
+        if self.front_len:
+            ctypes.memset(self.ptr - self.front_len, CANARY, self.front_len)
+
+
+def _free(map_lo: int, map_len: int) -> None:
+    with _reg_lock:
+        _registry.pop(map_lo, None)
+    try:
+        rt.lib().emu_free(map_lo, map_len)
+    except Exception:  # interpreter shutdown
+        pass
+
+
+def find_buffer(addr: int) -> _Buffer | None:
+    """The live buffer whose mapping (guard pages included) contains addr."""
+    with _reg_lock:
+        refs = list(_registry.items())
+    for lo, ref in refs:
+        b = ref()
+        if b is not None and lo <= addr < lo + b.map_len:
+            return b
+    return None
+
+
+class _Data:
+    __slots__ = ("ptr",)
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+
+class DeviceArray:
+    """An array in (emulated) device memory: C-contiguous, with a NumPy dtype.
+
+    Like a CuPy array, it does not convert to NumPy implicitly: copy it with ``.get()`` or
+    ``emu.asnumpy(a)``.
+    """
+
+    __array_priority__ = 100
+
+    def __init__(self, shape: int | Sequence[int], dtype: Any = np.float32, *, _buffer: _Buffer | None = None,
+                 _offset: int = 0) -> None:
+        shape_t = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape_t):
+            raise ValueError(f"negative dimensions are not allowed: {shape_t}")
+        self._shape = shape_t
+        self._dtype = np.dtype(dtype)
+        n = int(np.prod(shape_t, dtype=np.int64)) * self._dtype.itemsize
+        self._buf = _buffer if _buffer is not None else _Buffer(n)
+        self._offset = _offset
+
+    # --- attributes as in NumPy/CuPy -------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self._dtype.itemsize
+
+    @property
+    def ndim(self) -> int:
+        return len(self._shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self._dtype.itemsize
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        st, acc = [], self.itemsize
+        for s in reversed(self._shape):
+            st.append(acc)
+            acc *= s
+        return tuple(reversed(st))
+
+    @property
+    def ptr(self) -> int:
+        """Address of the first element (what a kernel receives)."""
+        return self._buf.ptr + self._offset
+
+    @property
+    def data(self) -> _Data:
+        """``a.data.ptr`` as in CuPy."""
+        return _Data(self.ptr)
+
+    @property
+    def device(self) -> str:
+        return "emu"
+
+    def __len__(self) -> int:
+        if not self._shape:
+            raise TypeError("len() of unsized object")
+        return self._shape[0]
+
+    # --- copies --------------------------------------------------------------------------------
+    def get(self) -> np.ndarray:
+        """Copy to a new NumPy array (device to host)."""
+        out = np.empty(self._shape, dtype=self._dtype)
+        if self.nbytes:
+            ctypes.memmove(out.ctypes.data, self.ptr, self.nbytes)
+        return out
+
+    def set(self, arr: Any) -> None:
+        """Copy a NumPy array of the same shape and dtype into this array (host to device)."""
+        a = np.asarray(arr)
+        if a.shape != self._shape:
+            raise ValueError(f"shape mismatch: the device array has shape {self._shape}, the host array {a.shape}")
+        if a.dtype != self._dtype:
+            raise TypeError(f"dtype mismatch: the device array is {self._dtype}, the host array {a.dtype}")
+        if not a.flags.c_contiguous:
+            a = a.copy(order="C")
+        if self.nbytes:
+            ctypes.memmove(self.ptr, a.ctypes.data, self.nbytes)
+
+    def copy(self) -> DeviceArray:
+        out = DeviceArray(self._shape, self._dtype)
+        if self.nbytes:
+            ctypes.memmove(out.ptr, self.ptr, self.nbytes)
+        return out
+
+    def reshape(self, *shape: Any) -> DeviceArray:
+        """A view with a new shape (one dimension may be -1)."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        dims = [int(s) for s in shape]
+        if dims.count(-1) > 1:
+            raise ValueError("can only specify one unknown dimension")
+        if -1 in dims:
+            known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+            if known == 0 or self.size % known:
+                raise ValueError(f"cannot reshape array of size {self.size} into shape {tuple(dims)}")
+            dims[dims.index(-1)] = self.size // known
+        if int(np.prod(dims, dtype=np.int64)) != self.size:
+            raise ValueError(f"cannot reshape array of size {self.size} into shape {tuple(dims)}")
+        return DeviceArray(tuple(dims), self._dtype, _buffer=self._buf, _offset=self._offset)
+
+    def ravel(self) -> DeviceArray:
+        return self.reshape(-1)
+
+    def view(self, dtype: Any) -> DeviceArray:
+        dt = np.dtype(dtype)
+        if self.nbytes % dt.itemsize:
+            raise ValueError("the new dtype's itemsize must divide the array's size in bytes")
+        shape = self._shape[:-1] + (self._shape[-1] * self.itemsize // dt.itemsize,) if self._shape else ()
+        return DeviceArray(shape, dt, _buffer=self._buf, _offset=self._offset)
+
+    def fill(self, value: Any) -> None:
+        self.set(np.full(self._shape, value, dtype=self._dtype))
+
+    def astype(self, dtype: Any) -> DeviceArray:
+        return asarray(self.get().astype(dtype))
+
+    # --- the host/device boundary --------------------------------------------------------------
+    def __array__(self, *args: Any, **kwargs: Any) -> np.ndarray:
+        raise TypeError("Implicit conversion to a NumPy array is not allowed (this is device memory). "
+                        "Please use `.get()` or `emu.asnumpy(a)` to copy it to the host explicitly.")
+
+    def __getitem__(self, key: Any) -> Any:
+        raise TypeError("indexing an emu.DeviceArray from Python is not supported: it lives in (emulated) "
+                        "device memory. Copy it to the host with `.get()` first.")
+
+    def __iter__(self) -> Any:
+        raise TypeError("iterating over an emu.DeviceArray is not supported: copy it to the host with `.get()`")
+
+    def _scalar(self) -> Any:
+        if self.size != 1:
+            raise TypeError("only size-1 arrays can be converted to Python scalars")
+        return self.get().reshape(()).item()
+
+    def __float__(self) -> float:
+        return float(self._scalar())
+
+    def __int__(self) -> int:
+        return int(self._scalar())
+
+    def __bool__(self) -> bool:
+        return bool(self._scalar())
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.get(), separator=", ", prefix="array(")
+        return f"array({body}, dtype={self._dtype}, device='emu')"
+
+    __str__ = __repr__
+
+
+def asarray(a: Any, dtype: Any = None) -> DeviceArray:
+    """Copy a NumPy array (or anything np.asarray accepts) to the device; device arrays pass through."""
+    if isinstance(a, DeviceArray):
+        return a if dtype is None or np.dtype(dtype) == a.dtype else a.astype(dtype)
+    h = np.asarray(a, dtype=dtype)
+    if not h.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+        h = h.copy(order="C")
+    out = DeviceArray(h.shape, h.dtype)
+    if out.nbytes:
+        ctypes.memmove(out.ptr, h.ctypes.data, out.nbytes)
+    return out
+
+
+def asnumpy(a: Any) -> np.ndarray:
+    """Copy a device array to a new NumPy array (NumPy input is returned as an array)."""
+    if isinstance(a, DeviceArray):
+        return a.get()
+    return np.asarray(a)
+
+
+def empty(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
+    """Uninitialised device array. Its bytes are poisoned (0xFF: NaN for floats), as fresh GPU
+    memory holds whatever the last user left."""
+    out = DeviceArray(shape, dtype)
+    if out.nbytes:
+        ctypes.memset(out.ptr, 0xFF, out.nbytes)
+    return out
+
+
+def zeros(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
+    out = DeviceArray(shape, dtype)
+    if out.nbytes:
+        ctypes.memset(out.ptr, 0, out.nbytes)
+    return out

@@ -1,0 +1,138 @@
+// The binary interface shared by the emulator runtime (runtime.cpp, compiled once) and every
+// compiled kernel module (prelude.h is force-included into the learner's source).
+// Python mirrors EmuLaunch / EmuResult / EmuFinding with ctypes in launch.py: keep them in sync.
+#pragma once
+#include <stdarg.h>
+#include <stdint.h>
+
+struct uint3 {
+  unsigned int x, y, z;
+};
+
+struct dim3 {
+  unsigned int x, y, z;
+  constexpr dim3(unsigned int vx = 1, unsigned int vy = 1, unsigned int vz = 1) : x(vx), y(vy), z(vz) {}
+  constexpr dim3(uint3 v) : x(v.x), y(v.y), z(v.z) {}
+  constexpr operator uint3() const { return uint3{x, y, z}; }
+};
+
+// What kernel code reads through threadIdx, blockIdx, ...: one per worker thread, updated by the
+// scheduler at each switch, so reading threadIdx is a load, not a call.
+struct EmuCtx {
+  uint3 threadIdx;
+  uint3 blockIdx;
+  dim3 blockDim;
+  dim3 gridDim;
+  char* dyn_smem;         // this block's dynamic shared memory (extern __shared__)
+  unsigned int tid_linear;
+  unsigned int nthreads;
+  void* worker;           // runtime-private
+};
+
+typedef void (*EmuRun1)(void** args);
+typedef void (*EmuPlain)(void** args, EmuCtx* ctx, const unsigned int* order);
+typedef void* (*EmuBind)(EmuCtx* ctx);
+
+enum {
+  EMU_OK = 0,
+  EMU_ERR_SIGNAL = 1,      // SIGSEGV/SIGBUS/SIGFPE/SIGILL/SIGABRT inside a kernel
+  EMU_ERR_ASSERT = 2,
+  EMU_ERR_TRAP = 3,
+  EMU_ERR_BARRIER = 4,     // divergent barrier / deadlock
+  EMU_ERR_STACK = 5,       // fiber stack overflow
+  EMU_ERR_DYNSMEM = 6,     // out of bounds of dynamic shared memory
+  EMU_ERR_OOB = 7,         // check mode: exact out-of-bounds on a global buffer
+  EMU_ERR_WARP = 8,        // misuse of a warp primitive
+  EMU_ERR_INTERNAL = 9,
+  EMU_ERR_SHARED_OOB = 10,  // check mode: outside every static __shared__ variable
+  EMU_ERR_STOP = 11,        // interrupted (extra 1: SIGINT) or timed out (extra 2)
+};
+
+enum { EMU_F_RAW = 1, EMU_F_WAR = 2, EMU_F_WAW = 3, EMU_F_UNINIT = 4 };
+
+struct EmuFinding {
+  int kind;
+  int space;              // 0: static __shared__ (offset from the TLS anchor), 1: dynamic shared
+  long long offset;
+  unsigned int t1[3], t2[3], block[3];
+  unsigned long long pc1, pc2;   // pc1: earlier access, pc2: the access that found the problem
+  int vol;                       // one of the accesses was volatile
+  int same_warp;
+};
+
+#define EMU_MAX_FINDINGS 32
+
+struct EmuResult {
+  int kind;
+  int sig;
+  int si_code;
+  unsigned long long addr;
+  unsigned long long pc;
+  unsigned int thread[3], block[3];
+  int line;
+  long long offset;              // EMU_ERR_DYNSMEM / EMU_ERR_OOB: byte offset; OOB: buffer index in 'extra'
+  int extra;
+  int is_write;
+  char file[256];
+  char msg[2048];
+  // warnings
+  int warn_early_return;
+  unsigned int warn_thread[3], warn_block[3];
+  int warn_line;
+  char warn_file[256];
+  // printf output (malloc'ed by the runtime; freed by emu_free_text)
+  char* out_text;
+  long long out_len;
+  // check mode
+  int n_findings;
+  long long n_findings_total;
+  EmuFinding findings[EMU_MAX_FINDINGS];
+};
+
+struct EmuLaunch {
+  EmuRun1 run1;
+  EmuPlain plain;
+  EmuBind bind;
+  void** args;
+  unsigned int grid[3], block[3];
+  unsigned long long shared_mem;
+  int use_fibers;
+  int schedule;                  // 0 forward, 1 reverse, 2 random
+  unsigned long long seed;
+  int workers;
+  int check;
+  int stack_kb;
+  int n_static;                  // static __shared__ variables: (offset from TLS anchor, size)
+  const long long* static_off;
+  const long long* static_size;
+  long long tls_lo_rel, tls_hi_rel;   // the module's TLS block, relative to the anchor (check mode)
+  long long pad_lo_end_rel, pad_hi_start_rel;  // red zones around the static __shared__ variables
+  long long timeout_ms;                        // 0: no watchdog
+  int n_bufs;                    // device buffers of this launch (check mode OOB): data, nbytes, map lo/hi
+  const unsigned long long* buf_data;
+  const unsigned long long* buf_nbytes;
+  const unsigned long long* buf_lo;
+  const unsigned long long* buf_hi;
+  EmuResult* result;
+};
+
+enum {
+  EMU_W_SYNCWARP = 0, EMU_W_SHFL = 1, EMU_W_SHFL_UP = 2, EMU_W_SHFL_DOWN = 3, EMU_W_SHFL_XOR = 4,
+  EMU_W_BALLOT = 5, EMU_W_ANY = 6, EMU_W_ALL = 7, EMU_W_MATCH_ANY = 8, EMU_W_MATCH_ALL = 9,
+};
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+// Called by kernel code (declared here, defined in runtime.cpp, resolved when the module is loaded).
+int emu_rt_barrier(EmuCtx* c, int kind, int pred, const char* file, int line);
+unsigned long long emu_rt_warp(EmuCtx* c, int op, unsigned int mask, unsigned long long val, int arg,
+                               int width, const char* file, int line);
+unsigned int emu_rt_activemask(EmuCtx* c);
+int emu_rt_vprintf(EmuCtx* c, const char* fmt, va_list ap);
+__attribute__((noreturn)) void emu_rt_assert_fail(EmuCtx* c, const char* expr, const char* file,
+                                                  unsigned int line, const char* func);
+__attribute__((noreturn)) void emu_rt_trap(EmuCtx* c, const char* what, const char* file, int line);
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,2 @@
+#pragma once
+#error "cuda_pipeline.h (wmma/mma, cp.async, async barriers) is not supported by the emulator: this kernel needs an NVIDIA GPU (or Google Colab)"

@@ -1,0 +1,2 @@
+// Provided by the emulator prelude (minitorch/emu/runtime/prelude.h).
+#pragma once
