@@ -22,15 +22,6 @@ from minitorch import emu
 # ----------------------------------------------------------------------------- helpers
 
 
-@pytest.fixture(autouse=True)
-def _emulator_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test states facts for specific settings: start from the defaults (normal mode,
-    forward schedule, strict arguments, one worker) whatever the caller's environment."""
-    for var in ("MINITORCH_EMU_CHECK", "MINITORCH_EMU_SCHEDULE", "MINITORCH_EMU_SEED", "MINITORCH_EMU_ARGS",
-                "MINITORCH_EMU_WORKERS"):
-        monkeypatch.delenv(var, raising=False)
-
-
 def line_of(src: str, marker: str) -> int:
     """1-based line number of the line carrying ``// @marker`` in ``src``."""
     for i, line in enumerate(src.splitlines(), 1):

@@ -15,15 +15,6 @@ from minitorch import emu
 RNG = np.random.default_rng(99)
 
 
-@pytest.fixture(autouse=True)
-def _default_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests state facts about the default settings (forward order, one worker, strict
-    arguments, normal mode): a CI-wide MINITORCH_EMU_* variable must not change them."""
-    for var in ("MINITORCH_EMU_SCHEDULE", "MINITORCH_EMU_SEED", "MINITORCH_EMU_WORKERS", "MINITORCH_EMU_CHECK",
-                "MINITORCH_EMU_ARGS", "MINITORCH_EMU_TIMEOUT", "MINITORCH_EMU_FIBERS"):
-        monkeypatch.delenv(var, raising=False)
-
-
 def mod(src: str, **kw: object) -> emu.RawModule:
     return emu.RawModule(code=src, **kw)
 

@@ -37,14 +37,9 @@ pytestmark = [
 
 def solution_sources() -> dict[str, str]:
     """{'memory.cu': ..., 'memory.py': ...} from the %%kernel / %%module cells of the solution."""
-    nb = json.loads(SOLUTION.read_text())
-    files = {}
-    for cell in nb["cells"]:
-        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
-        first, _, body = src.partition("\n")
-        if first.startswith(("%%kernel ", "%%module ")):
-            files[first.split()[1]] = body
-    return files
+    from grader.labs import learner_files
+
+    return learner_files(SOLUTION)
 
 
 def replace_once(text: str, old: str, new: str) -> str:
