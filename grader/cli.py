@@ -87,13 +87,16 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     rows = progress.status_rows()
+    deliverables = progress.deliverable_rows()
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"phases": rows, "deliverables": deliverables}, indent=2))
         return EXIT_PASSED
     table = [[r["phase"], r["title"], r["state"].upper(), (r["passed_at"] or "")[:16].replace("T", " "),
               r["device"] or "", r["note"]] for r in rows]
     print(render_table(table, ["phase", "title", "state", "passed (UTC)", "device", "note"],
                        [8, 40, 8, 16, 32, 40]))
+    print(render_table([[d["deliverable"], d["title"], d["state"].upper(), f"pass {d['unlocked_by']}"]
+                        for d in deliverables], ["deliverable", "title", "state", "unlocked by"], [12, 24, 8, 16]))
     print(f"progress file: {paths.progress_file()}")
     return EXIT_PASSED
 

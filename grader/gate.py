@@ -7,7 +7,7 @@ import warnings
 from pathlib import Path
 
 from grader import progress
-from grader.phases import get_phase
+from grader.phases import DELIVERABLES, get_phase
 
 SKIP_GATES_ENV = "GRADER_SKIP_GATES"
 
@@ -19,20 +19,26 @@ class PhaseLocked(RuntimeError):  # noqa: N818 - the public name fixed by the co
 def require(phase: str, *, progress_path: Path | None = None) -> None:
     """Raise PhaseLocked, naming the command to run, unless the phase before `phase` has passed.
 
-    Instructors (and `grader check --solutions`) set GRADER_SKIP_GATES=1 to bypass every gate.
+    ``phase`` may also name a deliverable ('sales', 'mnist', 'shakespeare'), which needs the phase
+    that unlocks it to have passed. Instructors (and `grader check --solutions`) set
+    GRADER_SKIP_GATES=1 to bypass every gate.
     """
-    target = get_phase(phase)
-    if target.requires is None:
-        return
+    deliverable = DELIVERABLES.get(phase.strip().lower())
+    if deliverable is not None:
+        required, title = deliverable.unlocked_by, f"The {deliverable.title} deliverable"
+    else:
+        target = get_phase(phase)
+        if target.requires is None:
+            return
+        required, title = target.requires, f"Phase {target.number} ({target.title})"
     if os.environ.get(SKIP_GATES_ENV) == "1":
-        warnings.warn(f"{SKIP_GATES_ENV}=1: not checking that {target.requires} passed", stacklevel=2)
+        warnings.warn(f"{SKIP_GATES_ENV}=1: not checking that {required} passed", stacklevel=2)
         return
     data = progress.load(progress_path)
-    before = get_phase(target.requires)
+    before = get_phase(required)
     state = progress.phase_state(before.name, data)
     if state == progress.PASSED:
         return
-    title = f"Phase {target.number} ({target.title})"
     before_title = f"Phase {before.number} ({before.title})"
     command = f"grader check {before.name}"
     if state == progress.STALE:

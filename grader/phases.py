@@ -54,9 +54,26 @@ PHASES: dict[str, Phase] = _chain(
 )
 
 
+@dataclass(frozen=True)
+class Deliverable:
+    """A project the course unlocks: it may start once the phase that teaches its last piece has passed."""
+
+    name: str
+    title: str
+    unlocked_by: str
+
+
+DELIVERABLES: dict[str, Deliverable] = {d.name: d for d in (
+    Deliverable("sales", "sales.tsv regression", "phase4"),
+    Deliverable("mnist", "MNIST CNN", "phase6"),
+    Deliverable("shakespeare", "Tiny Shakespeare GPT", "phase7"),
+)}
+
+
 class UnknownPhaseError(KeyError):
     def __str__(self) -> str:
-        return f"unknown phase {self.args[0]!r}; phases are: {', '.join(PHASES)}"
+        return (f"unknown phase {self.args[0]!r}; phases are: {', '.join(PHASES)}; "
+                f"deliverables are: {', '.join(DELIVERABLES)}")
 
 
 def get_phase(name: str) -> Phase:

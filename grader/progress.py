@@ -133,6 +133,16 @@ def phase_state(name: str, data: dict[str, Any] | None = None) -> str:
     return LOCKED
 
 
+def deliverable_rows(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per deliverable: unlocked once the phase that unlocks it has passed (and is not stale)."""
+    from grader.phases import DELIVERABLES
+
+    data = load() if data is None else data
+    return [{"deliverable": d.name, "title": d.title, "unlocked_by": d.unlocked_by,
+             "state": UNLOCKED if phase_state(d.unlocked_by, data) == PASSED else LOCKED}
+            for d in DELIVERABLES.values()]
+
+
 def status_rows(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per phase, for `grader status`."""
     data = load() if data is None else data

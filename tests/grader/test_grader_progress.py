@@ -160,3 +160,25 @@ def test_cuda_without_a_gpu_fails_once_up_front(env, capsys):
     assert main(["check", "phase1", "--device", "cuda", "--no-record"]) == 1
     out = capsys.readouterr().out
     assert "--device cuda:" in out and "grader check phase1 --device emu" in out
+
+
+def test_deliverables_unlock_with_their_phase(env, capsys):
+    """sales.tsv needs phase4, the MNIST CNN phase6, the Shakespeare GPT phase7: each its own phase."""
+    progress_file, _ = env
+    with pytest.raises(grader.PhaseLocked, match=r"MNIST CNN deliverable is locked.*`grader check phase6`"):
+        grader.require("mnist")
+    # Fake passes of every phase up to phase6 (no learner files): mnist opens, shakespeare stays shut.
+    data = {"phases": {f"phase{n}": {"last_pass": {"when": "2026-11-21T00:00:00+00:00", "device": "emu",
+                                                   "workspace": str(progress_file.parent), "files": {},
+                                                   "passed": True}}
+                       for n in ("1", "2", "3a", "3b", "4", "5", "6")}}
+    progress_file.parent.mkdir(parents=True, exist_ok=True)
+    progress_file.write_text(json.dumps(data))
+    grader.require("sales")
+    grader.require("mnist")
+    with pytest.raises(grader.PhaseLocked, match=r"Tiny Shakespeare GPT deliverable is locked.*phase7"):
+        grader.require("shakespeare")
+    states = {d["deliverable"]: d["state"] for d in progress.deliverable_rows()}
+    assert states == {"sales": "unlocked", "mnist": "unlocked", "shakespeare": "locked"}
+    main(["status", "--json"])
+    assert json.loads(capsys.readouterr().out)["deliverables"][2]["state"] == "locked"
