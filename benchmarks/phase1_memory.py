@@ -101,12 +101,36 @@ def kernels() -> list[dict]:
     return results
 
 
+def grid_sizes() -> list[dict]:
+    """The copy kernel at one size (64 MiB a buffer) launched with grids of different sizes."""
+    import cupy
+
+    from minitorch.kernels import load_kernel
+
+    copy = load_kernel("memory.cu", "copy")
+    sms = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["multiProcessorCount"]
+    n = (64 << 20) // 4
+    a = cupy.random.standard_normal(n, dtype=np.float32)
+    b = cupy.empty_like(a)
+    results = []
+    for blocks in sorted({sms, 2 * sms, 4 * sms, 8 * sms, 16 * sms, 32 * sms, 64 * sms, 4096, 16384, 65536}):
+        seconds = time_gpu(lambda blocks=blocks: copy((blocks,), (256,), (a, b, np.int64(n))), max_seconds=0.3)
+        results.append({"kernel": "copy", "bytes": 8 * n, "blocks": blocks, "threads": 256, "sms": sms,
+                        "elements_per_thread": n / (blocks * 256), "seconds": seconds, "gbps": 8 * n / seconds / 1e9})
+        print(f"copy 64 MiB, {blocks:6d} blocks x 256: {results[-1]['gbps']:7.1f} GB/s")
+    cupy_copy = time_gpu(lambda: cupy.copyto(b, a), max_seconds=0.3)
+    results.append({"kernel": "cupy_copy", "bytes": 8 * n, "seconds": cupy_copy, "gbps": 8 * n / cupy_copy / 1e9})
+    print(f"cupy.copyto 64 MiB: {results[-1]['gbps']:7.1f} GB/s")
+    return results
+
+
 def main() -> int:
     device = gpu_name()
     print(f"device: {device}")
     write_results("phase1_transfer", device, transfers())
     write_results("phase1_alloc", device, allocations())
     write_results("phase1_kernels", device, kernels())
+    write_results("phase1_grid", device, grid_sizes())
     return 0
 
 
