@@ -435,6 +435,41 @@ def _kernels_text(data) -> str:
     return " ".join(parts)
 
 
+def phase1_grid(fig_name: str = "fig-phase1-grid", text_name: str = "phase1-grid-text",
+                caption_name: str = "phase1-grid-source") -> None:
+    """Glue the copy-bandwidth-against-grid-size figure, its provenance line and a summary sentence."""
+    res = latest("phase1_grid")
+    if res is None:
+        glue_figure(fig_name, _placeholder("phase1_grid", "copy bandwidth against grid size"))
+        glue_md(caption_name, "")
+        glue_md(text_name, _missing_md("phase1_grid"))
+        return
+    rows = sorted((r for r in res.rows if r["kernel"] == "copy"), key=lambda r: r["blocks"])
+    [reference] = [r for r in res.rows if r["kernel"] == "cupy_copy"]
+    fig, ax = plt.subplots(figsize=(7.5, 3.0))
+    ax.plot([r["blocks"] for r in rows], [r["gbps"] for r in rows], marker="o", ms=4, color="#0072B2",
+            label="copy kernel, 256 threads a block")
+    ax.axhline(reference["gbps"], color="#D55E00", ls="--", lw=1, label="cupy.copyto")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("blocks in the grid (log scale)")
+    ax.set_ylabel("GB/s (read + written)")
+    ax.set_ylim(0, max(reference["gbps"], max(r["gbps"] for r in rows)) * 1.15)
+    ax.legend(loc="lower center")
+    fig.tight_layout()
+    glue_figure(fig_name, fig)
+    glue_md(caption_name, res.provenance)
+    best = max(rows, key=lambda r: r["gbps"])
+    one_each = [r for r in rows if abs(r["elements_per_thread"] - 1) < 1e-9]
+    text = (f"With one block per multiprocessor ({rows[0]['blocks']} blocks) the copy reached "
+            f"{fmt_gbps(rows[0]['gbps'])} GB/s; the best grid, {best['blocks']} blocks "
+            f"({best['elements_per_thread']:g} elements a thread), reached {fmt_gbps(best['gbps'])} GB/s, "
+            f"against {fmt_gbps(reference['gbps'])} GB/s for `cupy.copyto`.")
+    if one_each:
+        text += (f" With one element a thread ({one_each[0]['blocks']} blocks) it fell back to "
+                 f"{fmt_gbps(one_each[0]['gbps'])} GB/s.")
+    glue_md(text_name, text)
+
+
 def phase1_link_vs_memory(text_name: str = "phase1-link-vs-memory") -> None:
     """Glue one sentence comparing the host-device link with device memory, both measured."""
     link, mem = latest("phase1_transfer"), latest("phase1_kernels")
