@@ -310,6 +310,23 @@ __attribute__((noreturn)) static void to_scheduler(Worker* w) {
   __builtin_unreachable();
 }
 
+// The first fault of a launch is the one reported (later ones are usually other threads hitting the
+// same bug). No lock: it is also called from signal handlers.
+static void record_first_fault(Worker* w, int kind, uintptr_t addr, uintptr_t pc, long long offset, int extra,
+                               int is_write, int sig = 0, int si_code = 0) {
+  EmuResult* R = w->R;
+  if (R->kind != EMU_OK) return;
+  R->kind = kind;
+  R->sig = sig;
+  R->si_code = si_code;
+  R->addr = addr;
+  R->pc = pc;
+  R->offset = offset;
+  R->extra = extra;
+  R->is_write = is_write;
+  cur_ids(w, R->thread, R->block);
+}
+
 __attribute__((noreturn)) static void fail(Worker* w, int kind, const char* file, int line, const char* fmt, ...) {
   EmuResult* R = w->R;
   {
@@ -334,13 +351,7 @@ __attribute__((noreturn)) static void fail(Worker* w, int kind, const char* file
 static volatile sig_atomic_t g_stop = 0;  // 1: interrupted, 2: timed out
 
 __attribute__((noreturn)) static void stop_now(Worker* w, uintptr_t pc) {
-  EmuResult* R = w->R;
-  if (R->kind == EMU_OK) {
-    R->kind = EMU_ERR_STOP;
-    R->extra = g_stop;
-    R->pc = pc;
-    cur_ids(w, R->thread, R->block);
-  }
+  record_first_fault(w, EMU_ERR_STOP, 0, pc, 0, g_stop, 0);
   w->failed = true;
   to_scheduler(w);
 }
@@ -738,7 +749,6 @@ static void on_signal(int sig, siginfo_t* si, void* ucv) {
     if (sig == SIGABRT) raise(sig);
     return;
   }
-  EmuResult* R = w->R;
   uintptr_t addr = (uintptr_t)si->si_addr;
   uintptr_t pc = 0;
   ucontext_t* uc = (ucontext_t*)ucv;
@@ -764,16 +774,7 @@ static void on_signal(int sig, siginfo_t* si, void* ucv) {
       off = (long long)(addr - (uintptr_t)w->dyn_lo);
     }
   }
-  if (R->kind == EMU_OK) {
-    R->kind = kind;
-    R->sig = sig;
-    R->si_code = si->si_code;
-    R->addr = addr;
-    R->pc = pc;
-    R->offset = off;
-    R->is_write = is_write;
-    cur_ids(w, R->thread, R->block);
-  }
+  record_first_fault(w, kind, addr, pc, off, 0, is_write, sig, si->si_code);
   w->failed = true;
   to_scheduler(w);
 }
@@ -875,16 +876,7 @@ static inline void shadow_access(Worker* w, Shadow* s, int space, long long off,
 
 __attribute__((noreturn)) static void oob_fault(Worker* w, int kind, uintptr_t a, long long off, int extra, bool write,
                                                  uintptr_t pc) {
-  EmuResult* R = w->R;
-  if (R->kind == EMU_OK) {
-    R->kind = kind;
-    R->addr = a;
-    R->pc = pc;
-    R->offset = off;
-    R->extra = extra;
-    R->is_write = write;
-    cur_ids(w, R->thread, R->block);
-  }
+  record_first_fault(w, kind, a, pc, off, extra, write);
   w->failed = true;
   to_scheduler(w);
 }
