@@ -38,6 +38,9 @@ class Backend:
 
     name: str = ""
     runs_kernels: bool = True
+    # Whether the backend checks kernel arguments against the compiled parameter types itself (the
+    # emulator does, exactly); if not, minitorch.kernels checks them against the parsed signature.
+    checks_kernel_args: bool = False
 
     def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802 (CuPy's name)
                   name_expressions: Sequence[str] | None = None, *, filename: str | None = None) -> Any:
@@ -108,6 +111,7 @@ class CudaBackend(Backend):
 
 class EmuBackend(Backend):
     name = "emu"
+    checks_kernel_args = True
 
     def __init__(self) -> None:
         try:

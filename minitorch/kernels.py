@@ -247,7 +247,8 @@ class Kernel:
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int = 0, **kwargs: Any) -> None:
         args = tuple(args)
-        check_args(self.filename, self.function, self.params, args, self._kinds)
+        if not backend.get_backend().checks_kernel_args:
+            check_args(self.filename, self.function, self.params, args, self._kinds)
         trace = os.environ.get("MINITORCH_LAUNCH_TRACE")
         if trace:  # the grader reads this to name the kernel that was running when a test hung or crashed
             Path(trace).write_text(f"{self.filename}:{self.function} grid={grid} block={block}\n")
