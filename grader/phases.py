@@ -43,10 +43,16 @@ def _chain(*specs: tuple[str, str, dict]) -> dict[str, Phase]:
 PHASES: dict[str, Phase] = _chain(
     ("phase1", "GPU memory", dict(
         lab="phase1_memory", tests="test_phase1.py", learner_files=("memory.cu", "memory.py"))),
-    ("phase2", "First kernels and naive matmul", {}),
-    ("phase3a", "Forward pass", {}),
-    ("phase3b", "Backward pass, autograd and XOR", {}),
-    ("phase4", "Reductions and real data (sales.tsv)", {}),
+    ("phase2", "First kernels and naive matmul", dict(
+        lab="phase2_kernels", tests="test_phase2.py",
+        learner_files=("elementwise.cu", "elementwise.py", "transpose.cu", "transpose.py", "matmul.cu", "matmul.py"))),
+    ("phase3a", "Forward pass", dict(
+        lab="phase3a_forward", tests="test_phase3a.py", learner_files=("forward.cu", "forward.py"))),
+    ("phase3b", "Backward pass, autograd and XOR", dict(
+        lab="phase3b_backward", tests="test_phase3b.py",
+        learner_files=("backward.cu", "backward.py", "sgd.cu", "sgd.py", "backprop.py"))),
+    ("phase4", "Reductions and real data (sales.tsv)", dict(
+        lab="phase4_reductions", tests="test_phase4.py", learner_files=("reduce.cu", "reduce.py"))),
     ("phase5", "Making it fast (GEMM ladder, memory pool, Sequential, Adam, init)", {}),
     ("phase6", "CNNs and MNIST", {}),
     ("phase7", "Transformers and Tiny Shakespeare GPT", {}),
@@ -56,14 +62,22 @@ PHASES: dict[str, Phase] = _chain(
 
 @dataclass(frozen=True)
 class Deliverable:
-    """A project the course unlocks: it may start once the phase that teaches its last piece has passed."""
+    """A project that belongs to a phase: it unlocks with that phase, when the phase before it has passed,
+    and `grader check <phase>` verifies it."""
 
     name: str
     title: str
-    unlocked_by: str
+    phase: str
+
+    @property
+    def unlocked_by(self) -> str:
+        required = PHASES[self.phase].requires
+        assert required is not None, f"{self.phase} has no phase before it"
+        return required
 
 
 DELIVERABLES: dict[str, Deliverable] = {d.name: d for d in (
+    Deliverable("xor", "XOR network", "phase3b"),
     Deliverable("sales", "sales.tsv regression", "phase4"),
     Deliverable("mnist", "MNIST CNN", "phase6"),
     Deliverable("shakespeare", "Tiny Shakespeare GPT", "phase7"),

@@ -56,6 +56,23 @@ def _cuda_unusable() -> str | None:
     return None if ok else why
 
 
+def write_solution_files(workspace: Path, phase, *, include_own: bool) -> None:
+    """Put the reference files of every phase before `phase` (and of `phase` itself when its notebook
+    does not run) into `workspace`: a later phase builds on the files of the earlier ones."""
+    from grader.labs import learner_files
+    from grader.phases import PHASES
+
+    workspace.mkdir(parents=True, exist_ok=True)
+    for earlier in PHASES.values():
+        if earlier.name == phase.name and not include_own:
+            break
+        if earlier.lab is not None:
+            for name, text in learner_files(paths.solutions_dir() / f"{earlier.lab}.ipynb").items():
+                (workspace / name).write_text(text)
+        if earlier.name == phase.name:
+            break
+
+
 def resolve_notebook(opts: CheckOptions) -> Path:
     if opts.notebook:
         return Path(opts.notebook).resolve()
@@ -90,6 +107,7 @@ def check_phase(opts: CheckOptions) -> PhaseReport:
     try:
         if opts.solutions:
             workspace = (work / "workspace")
+            write_solution_files(workspace, phase, include_own=not opts.run_notebook)
         else:
             workspace = Path(opts.workspace or paths.default_workspace()).resolve()
         workspace.mkdir(parents=True, exist_ok=True)

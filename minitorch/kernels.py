@@ -49,6 +49,25 @@ class LearnerFile:
 KERNEL_FILES: dict[str, LearnerFile] = {
     "memory.cu": LearnerFile("phase1", "labs/phase1_memory.ipynb", "Exercise 2: fill and copy kernels"),
     "memory.py": LearnerFile("phase1", "labs/phase1_memory.ipynb", "Exercise 3: launching your kernels"),
+    **{name: LearnerFile("phase2", "labs/phase2_kernels.ipynb", cell) for name, cell in (
+        ("elementwise.cu", "Exercise 1: elementwise kernels"),
+        ("elementwise.py", "Exercise 2: launching elementwise kernels"),
+        ("transpose.cu", "Exercise 3: transpose, naive and tiled"),
+        ("transpose.py", "Exercise 4: launching a 2-D grid"),
+        ("matmul.cu", "Exercise 5: naive matmul"),
+        ("matmul.py", "Exercise 6: launching matmul"))},
+    **{name: LearnerFile("phase3a", "labs/phase3a_forward.ipynb", cell) for name, cell in (
+        ("forward.cu", "Exercise 1: bias and sigmoid kernels"),
+        ("forward.py", "Exercise 2: launching the forward kernels"))},
+    **{name: LearnerFile("phase3b", "labs/phase3b_backward.ipynb", cell) for name, cell in (
+        ("backward.cu", "Exercise 1: backward kernels"),
+        ("backward.py", "Exercise 2: launching the backward kernels"),
+        ("sgd.cu", "Exercise 3: the SGD update"),
+        ("sgd.py", "Exercise 4: launching the SGD update"),
+        ("backprop.py", "Exercise 6: a tape-based autograd"))},
+    **{name: LearnerFile("phase4", "labs/phase4_reductions.ipynb", cell) for name, cell in (
+        ("reduce.cu", "Exercise 1: the reduction ladder"),
+        ("reduce.py", "Exercise 2: launching reductions"))},
 }
 
 

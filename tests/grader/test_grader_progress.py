@@ -36,7 +36,7 @@ def test_registry_order_and_names():
     assert list(PHASES) == ["phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7", "phase8"]
     assert get_phase("phase3b").requires == "phase3a" and get_phase("phase4").requires == "phase3b"
     assert get_phase("1").name == "phase1" and get_phase("3a").name == "phase3a"
-    assert [p.name for p in PHASES.values() if p.published] == ["phase1"]
+    assert [p.name for p in PHASES.values() if p.published] == ["phase1", "phase2", "phase3a", "phase3b", "phase4"]
 
 
 def test_fresh_status_phase2_locked_until_phase1_passes(env, capsys):
@@ -132,7 +132,7 @@ def test_skip_gates_escape_hatch(env, monkeypatch):
 
 
 def test_unpublished_phase_says_so(env, capsys):
-    assert main(["check", "phase2"]) == 2
+    assert main(["check", "phase5"]) == 2
     assert "not published yet" in capsys.readouterr().err
     assert main(["check", "phase9"]) == 2
     assert "unknown phase" in capsys.readouterr().err
@@ -163,22 +163,26 @@ def test_cuda_without_a_gpu_fails_once_up_front(env, capsys):
 
 
 def test_deliverables_unlock_with_their_phase(env, capsys):
-    """sales.tsv needs phase4, the MNIST CNN phase6, the Shakespeare GPT phase7: each its own phase."""
+    """A deliverable opens with its phase: XOR (3b) after phase3a, sales (4) after phase3b,
+    the MNIST CNN (6) after phase5, the Shakespeare GPT (7) after phase6."""
     progress_file, _ = env
-    with pytest.raises(grader.PhaseLocked, match=r"MNIST CNN deliverable is locked.*`grader check phase6`"):
+    with pytest.raises(grader.PhaseLocked, match=r"MNIST CNN deliverable is locked.*`grader check phase5`"):
         grader.require("mnist")
-    # Fake passes of every phase up to phase6 (no learner files): mnist opens, shakespeare stays shut.
+    with pytest.raises(grader.PhaseLocked, match=r"sales.tsv regression deliverable is locked.*`grader check phase3b`"):
+        grader.require("sales")
+    # Fake passes of every phase up to phase5 (no learner files): mnist opens, shakespeare stays shut.
     data = {"phases": {f"phase{n}": {"last_pass": {"when": "2026-11-21T00:00:00+00:00", "device": "emu",
                                                    "workspace": str(progress_file.parent), "files": {},
                                                    "passed": True}}
-                       for n in ("1", "2", "3a", "3b", "4", "5", "6")}}
+                       for n in ("1", "2", "3a", "3b", "4", "5")}}
     progress_file.parent.mkdir(parents=True, exist_ok=True)
     progress_file.write_text(json.dumps(data))
+    grader.require("xor")
     grader.require("sales")
     grader.require("mnist")
-    with pytest.raises(grader.PhaseLocked, match=r"Tiny Shakespeare GPT deliverable is locked.*phase7"):
+    with pytest.raises(grader.PhaseLocked, match=r"Tiny Shakespeare GPT deliverable is locked.*phase6"):
         grader.require("shakespeare")
     states = {d["deliverable"]: d["state"] for d in progress.deliverable_rows()}
-    assert states == {"sales": "unlocked", "mnist": "unlocked", "shakespeare": "locked"}
+    assert states == {"xor": "unlocked", "sales": "unlocked", "mnist": "unlocked", "shakespeare": "locked"}
     main(["status", "--json"])
-    assert json.loads(capsys.readouterr().out)["deliverables"][2]["state"] == "locked"
+    assert json.loads(capsys.readouterr().out)["deliverables"][3]["state"] == "locked"
