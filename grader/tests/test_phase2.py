@@ -23,7 +23,7 @@ from minitorch import backend, kernels
 BINARY = ("add", "mul")
 UNARY = ("scalar_mul", "relu")
 ELEMENTWISE = BINARY + UNARY
-TILE = 32  # the transpose kernels run with TILE x TILE threads a block (the lab's contract)
+TILE, BLOCK_ROWS = 32, 8  # the transposes: one TILE x TILE tile a block of TILE x BLOCK_ROWS threads (the lab's contract)
 TRANSPOSES = ("transpose_naive", "transpose_tiled")
 EPS32 = float(np.finfo(np.float32).eps)  # 2**-23
 
@@ -275,7 +275,7 @@ def test_transpose_empty(shape, tiled):
 
 @pytest.mark.parametrize("kernel, shape", [on_kernel("transpose.cu", k, k, s) for k in TRANSPOSES
                                            for s in [(33, 65), (65, 33), (1, 100), (100, 1), (45, 45)]])
-@pytest.mark.hint("the kernel is launched with 32 x 32 blocks on grid (ceil(cols / 32), ceil(rows / 32)): x runs "
+@pytest.mark.hint("the kernel is launched with 32 x 8 blocks on grid (ceil(cols / 32), ceil(rows / 32)): x runs "
                   "along the columns of the input; no thread may write outside the cols x rows output")
 def test_transpose_kernel_no_write_past_end(kernel, shape):
     rows, cols = shape
@@ -284,11 +284,11 @@ def test_transpose_kernel_no_write_past_end(kernel, shape):
     fn = kernels.load_kernel("transpose.cu", kernel)
     grid, pad = transpose_grid(rows, cols), 2 * TILE * TILE
     padded = checks.poison(rows * cols + pad)
-    launch_checked(f"{kernel} {rows} x {cols} (grid {grid} x block ({TILE}, {TILE}))",
-                   lambda: fn(grid, (TILE, TILE), (a, padded, np.int32(rows), np.int32(cols))))
+    launch_checked(f"{kernel} {rows} x {cols} (grid {grid} x block ({TILE}, {BLOCK_ROWS}))",
+                   lambda: fn(grid, (TILE, BLOCK_ROWS), (a, padded, np.int32(rows), np.int32(cols))))
     exact = checks.poison((cols, rows))  # the emulator stops a write past its end at once, naming the line
     launch_checked(f"{kernel} {rows} x {cols} into an output of exactly {cols} x {rows}",
-                   lambda: fn(grid, (TILE, TILE), (a, exact, np.int32(rows), np.int32(cols))))
+                   lambda: fn(grid, (TILE, BLOCK_ROWS), (a, exact, np.int32(rows), np.int32(cols))))
     got = checks.to_host(padded)
     check_padding(got, rows * cols, f"{kernel} of a {rows} x {cols} matrix",
                   "check the bounds of the write against out, which is cols x rows")
@@ -304,7 +304,7 @@ def test_transpose_tiled_does_not_depend_on_thread_order():
 
     def run():
         out = checks.poison((45, 70))
-        fn(transpose_grid(70, 45), (TILE, TILE), (backend.asarray(host), out, np.int32(70), np.int32(45)))
+        fn(transpose_grid(70, 45), (TILE, BLOCK_ROWS), (backend.asarray(host), out, np.int32(70), np.int32(45)))
         return out
 
     if minitorch.get_device() == "emu":

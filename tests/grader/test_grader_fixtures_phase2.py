@@ -35,9 +35,9 @@ ADD_LOOP = """    long long stride = (long long)gridDim.x * blockDim.x;
 """
 RELU_STORE = "        out[i] = x > 0.0f ? x : 0.0f;\n"
 SYNC = "    __syncthreads();  // the whole tile is in shared memory before any thread reads another's element\n"
-TILED_WRITE = """    if (out_row < cols && out_col < rows) {
-        out[(long long)out_row * rows + out_col] = tile[threadIdx.x][threadIdx.y];
-    }
+TILED_WRITE = """        if (out_row < cols && out_col < rows) {
+            out[(long long)out_row * rows + out_col] = tile[threadIdx.x][j];
+        }
 """
 
 
@@ -100,7 +100,7 @@ def test_transpose_without_bounds_check_is_out_of_bounds_at_the_ragged_edge(tmp_
     files = solution_sources()
     files["transpose.cu"] = replace_once(
         files["transpose.cu"], TILED_WRITE,
-        "    out[(long long)out_row * rows + out_col] = tile[threadIdx.x][threadIdx.y];  // no bounds check\n")
+        "        out[(long long)out_row * rows + out_col] = tile[threadIdx.x][j];  // no bounds check\n")
     report = grade(tmp_path, files, "--no-notebook", "-k",
                    "test_transpose_kernel_no_write_past_end or test_transpose_values")
     for prefix in ("test_transpose_kernel_no_write_past_end", "test_transpose_values"):
@@ -199,7 +199,7 @@ def test_untouched_lab_fails_pointing_at_the_todos(tmp_path):
 
 @pytest.mark.gpu
 def test_naive_transpose_as_tiled_fails_the_bandwidth_threshold(tmp_path):
-    """Correct but slow: the naive body under the tiled name (same 32 x 32 launch) writes `rows` floats apart."""
+    """Correct but slow: the naive body under the tiled name (same 32 x 8 launch) writes `rows` floats apart."""
     files = solution_sources()
     cu = files["transpose.cu"]
     naive = cu[cu.index('extern "C" __global__ void transpose_naive'):cu.index('extern "C" __global__ void transpose_tiled')]
