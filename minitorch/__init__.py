@@ -2,12 +2,16 @@
 
 Phase 1 (GPU memory) provides devices, tensors and the mechanism that puts your code into the
 package. In a notebook, ``%load_ext minitorch`` registers the ``%%kernel`` and ``%%module`` cell magics.
+Phase 3 adds autograd (``minitorch.autograd``, ``minitorch.no_grad``), layers (``minitorch.nn``),
+``minitorch.functional`` and optimizers (``minitorch.optim``), all running on the learner's kernels.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from minitorch import autograd, functional, gradcheck, nn, ops, optim, progress
+from minitorch.autograd import Context, Function, enable_grad, is_grad_enabled, no_grad
 from minitorch.backend import DeviceError, cuda_available, get_device, set_device
 from minitorch.kernels import (
     KernelCompileError,
@@ -22,9 +26,10 @@ from minitorch.tensor import Tensor, empty, from_numpy, full, ones, randn, tenso
 __version__ = "0.1.0"
 
 __all__ = [
-    "DeviceError", "KernelCompileError", "KernelLaunchError", "KernelNotWrittenError", "Tensor",
-    "cuda_available", "empty", "from_numpy", "full", "get_device", "load_kernel", "load_module",
-    "ones", "randn", "set_device", "tensor", "workspace_dir", "zeros",
+    "Context", "DeviceError", "Function", "KernelCompileError", "KernelLaunchError", "KernelNotWrittenError",
+    "Tensor", "autograd", "cuda_available", "empty", "enable_grad", "from_numpy", "full", "functional", "gradcheck",
+    "get_device", "is_grad_enabled", "load_kernel", "load_module", "nn", "no_grad", "ones", "ops", "optim",
+    "progress", "randn", "set_device", "tensor", "workspace_dir", "zeros",
 ]
 
 

@@ -1,24 +1,36 @@
-"""Tensor: a float32 array of any shape that lives on one device ('cuda', 'emu' or 'cpu').
+"""Tensor: an array of any shape that lives on one device ('cuda', 'emu' or 'cpu').
 
-Phase 1 gives it memory: creation, host<->device copies, ``fill_`` and ``clone``. ``fill_`` and
-``clone`` run the learner's kernels (``memory.cu`` through the launchers in ``memory.py``) on
-``cuda`` and ``emu``; on ``cpu`` they use NumPy, the reference. Later phases add operators,
-autograd (``minitorch.autograd``), layers (``minitorch.nn``) and optimisers (``minitorch.optim``).
+Phase 1 gives it memory: creation, host<->device copies, ``fill_`` and ``clone``, which run the
+learner's kernels (``memory.cu`` through the launchers in ``memory.py``) on ``cuda`` and ``emu``; on
+``cpu`` they use NumPy, the reference.
+
+From Phase 3 on a tensor also takes part in autograd: ``requires_grad``, ``.grad``, ``.grad_fn`` (the
+:class:`minitorch.autograd.Context` of the operation that made it) and ``.backward()``, which runs the
+learner's ``backprop.py``. The operators ``+ - * @``, ``.T``, ``.relu()``, ``.sigmoid()``, ``.sum()`` and
+``.mean()`` are :class:`minitorch.autograd.Function` s over the primitives of :mod:`minitorch.ops`.
+
+Tensors hold float32 on every device; the ``cpu`` device also holds float64 (``dtype="float64"``), the
+precision in which gradients are checked by finite differences.
 """
 
 from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from minitorch import backend, kernels
 
+if TYPE_CHECKING:
+    from minitorch.autograd import Context
+
 DTYPE = np.dtype(np.float32)
+FLOAT64 = np.dtype(np.float64)
 
 ShapeLike = int | Sequence[int]
+DTypeLike = Any  # numpy.float32, "float64", numpy.dtype(...)
 
 
 def _check_shape(shape: ShapeLike) -> tuple[int, ...]:
@@ -38,22 +50,43 @@ def _check_device(device: str | None) -> str:
     return device
 
 
-def _check_host_array(array: np.ndarray) -> np.ndarray:
-    if array.dtype != DTYPE:
-        raise TypeError(f"minitorch tensors hold float32, got a {array.dtype} array. Convert it yourself "
-                        f"if that is what you mean: array.astype(numpy.float32)")
+def check_dtype(dtype: DTypeLike, device: str) -> np.dtype:
+    """float32 anywhere; float64 on the cpu device only (kernels are float32)."""
+    if dtype is None:
+        return DTYPE
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"unknown dtype {dtype!r}: expected float32 or float64") from None
+    if dt not in (DTYPE, FLOAT64):
+        raise TypeError(f"minitorch tensors hold float32 (or float64 on the cpu device), got dtype {dt}")
+    if dt == FLOAT64 and device != "cpu":
+        raise TypeError(f"float64 tensors live on the 'cpu' device only (the reference path for gradient "
+                        f"checks); the kernels on {device!r} are float32. Use dtype=float32 there.")
+    return dt
+
+
+def _check_host_array(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if array.dtype != dtype:
+        raise TypeError(f"minitorch tensors hold {dtype}, got a {array.dtype} array. Convert it yourself "
+                        f"if that is what you mean: array.astype(numpy.{dtype})")
     return array if array.flags.c_contiguous else array.copy(order="C")  # keeps 0-d shapes
 
 
 class Tensor:
-    """A contiguous float32 array on one device. Create one with :func:`tensor`, :func:`zeros`, ..."""
+    """A contiguous float array on one device. Create one with :func:`tensor`, :func:`zeros`, ..."""
 
-    __slots__ = ("_data", "_device")
+    __slots__ = ("_data", "_device", "_requires_grad", "grad", "grad_fn", "__weakref__")
 
-    def __init__(self, data: Any, device: str) -> None:
+    def __init__(self, data: Any, device: str, *, requires_grad: bool = False) -> None:
         # Internal: ``data`` is already a device array of ``device``'s backend.
         self._data = data
         self._device = device
+        self._requires_grad = False
+        self.grad: Tensor | None = None
+        self.grad_fn: Context | None = None  # set by Function.apply on the tensors it records
+        if requires_grad:
+            self.requires_grad = True
 
     # --- properties ----------------------------------------------------------------------------
     @property
@@ -79,11 +112,11 @@ class Tensor:
 
     @property
     def dtype(self) -> np.dtype:
-        return DTYPE
+        return np.dtype(self._data.dtype)
 
     @property
     def nbytes(self) -> int:
-        return self.size * DTYPE.itemsize
+        return self.size * self.dtype.itemsize
 
     def __len__(self) -> int:
         if not self.shape:
@@ -92,22 +125,99 @@ class Tensor:
 
     def __repr__(self) -> str:
         body = np.array2string(self.numpy(), separator=", ", threshold=20)
-        return f"Tensor({body}, device={self._device!r})"
+        extra = "" if self.dtype == DTYPE else f", dtype={self.dtype}"
+        if self.grad_fn is not None:
+            extra += f", grad_fn=<{self.grad_fn.function.__name__}>"
+        elif self._requires_grad:
+            extra += ", requires_grad=True"
+        return f"Tensor({body}, device={self._device!r}{extra})"
+
+    # --- autograd ------------------------------------------------------------------------------
+    @property
+    def requires_grad(self) -> bool:
+        """Whether operations on this tensor are recorded so that gradients can flow back to it."""
+        return self._requires_grad
+
+    @requires_grad.setter
+    def requires_grad(self, value: bool) -> None:
+        if self.grad_fn is not None:
+            raise RuntimeError("requires_grad can only be changed on a leaf tensor (one no recorded operation "
+                               "made); use .detach() to get a leaf with the same values")
+        self._requires_grad = bool(value)
+
+    def requires_grad_(self, value: bool = True) -> Tensor:
+        """Set ``requires_grad`` in place; returns the tensor (as in PyTorch)."""
+        self.requires_grad = value
+        return self
+
+    @property
+    def is_leaf(self) -> bool:
+        """True unless a recorded operation made this tensor (its ``.grad`` is then filled by backward)."""
+        return self.grad_fn is None
+
+    def detach(self) -> Tensor:
+        """A leaf tensor sharing this tensor's memory, outside the graph (no grad, no history)."""
+        return Tensor(self._data, self._device)
+
+    def backward(self, grad: Tensor | None = None) -> None:
+        """Accumulate d(self)/d(leaf) into ``leaf.grad`` for every leaf that requires grad.
+
+        ``grad`` is the gradient flowing into this tensor (its shape); it may be left out for a
+        single-element tensor such as a loss, where it is 1. Runs the learner's ``backprop.py``
+        (``backpropagate``), with recording turned off.
+        """
+        from minitorch.autograd import no_grad
+
+        if not self._requires_grad:
+            raise RuntimeError("backward() on a tensor that does not require grad: no tensor with "
+                               "requires_grad=True went into the operations that made it (or they ran "
+                               "under minitorch.no_grad())")
+        if grad is None:
+            if self.size != 1:
+                raise RuntimeError(f"backward() without a gradient needs a single-element tensor (a loss); this "
+                                   f"one has shape {self.shape}: pass grad=, a tensor of shape {self.shape}")
+            grad = ones(self.shape, self._device, dtype=self.dtype)
+        elif not isinstance(grad, Tensor):
+            raise TypeError(f"backward(grad=...) takes a Tensor, got {type(grad).__name__}")
+        elif grad.shape != self.shape or grad.device != self._device or grad.dtype != self.dtype:
+            raise ValueError(f"backward(grad=...): expected a {self.dtype} tensor of shape {self.shape} on "
+                             f"{self._device!r}, got {grad.dtype} {grad.shape} on {grad.device!r}")
+        backprop = kernels.load_module("backprop.py")
+        with no_grad():
+            backprop.backpropagate(self, grad)
 
     # --- copies between devices ----------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """A new host (NumPy) array with this tensor's values: a device-to-host copy."""
         return backend.get_backend(self._device).asnumpy(self._data)
 
+    def item(self) -> float:
+        """The value of a single-element tensor as a Python float (a device-to-host copy)."""
+        if self.size != 1:
+            raise ValueError(f"item() needs a single-element tensor, got shape {self.shape}")
+        return float(self.numpy().reshape(-1)[0])
+
     def to(self, device: str) -> Tensor:
-        """This tensor on ``device``; itself if it is already there (as in PyTorch)."""
+        """This tensor on ``device``; itself if it is already there (as in PyTorch). Not recorded."""
         device = _check_device(device)
         if device == self._device:
             return self
+        check_dtype(self.dtype, device)
         return Tensor(backend.get_backend(device).asarray(self.numpy()), device)
 
     def cpu(self) -> Tensor:
         return self.to("cpu")
+
+    def double(self) -> Tensor:
+        """A float64 copy (cpu device only). Not recorded."""
+        check_dtype(FLOAT64, self._device)
+        return Tensor(np.array(self._data, dtype=FLOAT64), self._device)
+
+    def float(self) -> Tensor:
+        """A float32 copy, or the tensor itself if it is float32. Not recorded."""
+        if self.dtype == DTYPE:
+            return self
+        return Tensor(np.array(self._data, dtype=DTYPE), self._device)
 
     # --- phase 1: the learner's kernels ---------------------------------------------------------
     def fill_(self, value: float) -> Tensor:
@@ -115,64 +225,151 @@ class Tensor:
         if not isinstance(value, numbers.Real):
             raise TypeError(f"fill_ takes a real number, got {type(value).__name__}")
         if self._device == "cpu":
-            self._data.fill(np.float32(value))
+            self._data.fill(value)
         elif self.size:
-            kernels.load_module("memory.py").fill(self._data, float(value))
+            from minitorch.ops import on_device
+
+            with on_device(self._device):
+                kernels.load_module("memory.py").fill(self._data, float(value))
         return self
 
     def clone(self) -> Tensor:
         """A new tensor with the same values on the same device (the learner's ``copy`` kernel)."""
-        out = backend.get_backend(self._device).empty(self.shape, DTYPE)
+        out = backend.get_backend(self._device).empty(self.shape, self.dtype)
         if self._device == "cpu":
             np.copyto(out, self._data)
         elif self.size:
-            kernels.load_module("memory.py").copy(self._data, out)
+            from minitorch.ops import on_device
+
+            with on_device(self._device):
+                kernels.load_module("memory.py").copy(self._data, out)
         return Tensor(out, self._device)
+
+    # --- phase 3: operators (recorded for autograd) ---------------------------------------------
+    def __add__(self, other: Any) -> Tensor:
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return autograd.add(self, other)
+
+    def __sub__(self, other: Any) -> Tensor:
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return autograd.Sub.apply(self, other)
+
+    def __mul__(self, other: Any) -> Tensor:
+        if isinstance(other, Tensor):
+            return autograd.Mul.apply(self, other)
+        if isinstance(other, numbers.Real) and not isinstance(other, bool):
+            return autograd.ScalarMul.apply(self, float(other))
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: Any) -> Tensor:
+        if isinstance(other, numbers.Real) and not isinstance(other, bool):
+            return autograd.ScalarMul.apply(self, 1.0 / float(other))
+        return NotImplemented
+
+    def __neg__(self) -> Tensor:
+        return autograd.ScalarMul.apply(self, -1.0)
+
+    def __matmul__(self, other: Any) -> Tensor:
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return autograd.MatMul.apply(self, other)
+
+    @property
+    def T(self) -> Tensor:  # noqa: N802 (PyTorch's name)
+        """The transpose of a 2-D tensor (a new tensor: the learner's transpose kernel)."""
+        return autograd.Transpose.apply(self)
+
+    def relu(self) -> Tensor:
+        return autograd.ReLU.apply(self)
+
+    def sigmoid(self) -> Tensor:
+        return autograd.Sigmoid.apply(self)
+
+    def sum(self) -> Tensor:
+        """The sum of all elements, a 0-d tensor (Phase 4's reduction on cuda/emu)."""
+        return autograd.Sum.apply(self)
+
+    def mean(self) -> Tensor:
+        """The mean of all elements, a 0-d tensor (Phase 4's reduction on cuda/emu)."""
+        return autograd.Mean.apply(self)
+
+    def reshape(self, *shape: Any) -> Tensor:
+        """The same elements in a new shape (a view: no copy)."""
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = tuple(shape[0])
+        return autograd.Reshape.apply(self, tuple(shape))
 
 
 # --- creation ----------------------------------------------------------------------------------
 
-def from_numpy(array: np.ndarray, device: str | None = None) -> Tensor:
-    """Copy a float32 NumPy array to ``device`` (default: the active device)."""
+def from_numpy(array: np.ndarray, device: str | None = None, *, dtype: DTypeLike = None,
+               requires_grad: bool = False) -> Tensor:
+    """Copy a float32 NumPy array to ``device`` (default: the active device).
+
+    ``dtype`` converts explicitly (float64 on the cpu device only); without it the array must be float32.
+    """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy takes a numpy.ndarray, got {type(array).__name__}")
     device = _check_device(device)
-    return Tensor(backend.get_backend(device).asarray(_check_host_array(array)), device)
+    if dtype is not None:
+        dt = check_dtype(dtype, device)
+        array = array.astype(dt)
+    else:
+        dt = DTYPE
+    data = backend.get_backend(device).asarray(_check_host_array(array, dt))
+    return Tensor(data, device, requires_grad=requires_grad)
 
 
-def tensor(data: Any, device: str | None = None) -> Tensor:
+def tensor(data: Any, device: str | None = None, *, dtype: DTypeLike = None, requires_grad: bool = False) -> Tensor:
     """A tensor from a float32 NumPy array, a number, or (nested) lists of numbers."""
     if isinstance(data, Tensor):
-        return data.to(_check_device(device)) if device else data
+        t = data.to(_check_device(device)) if device else data
+        return t.requires_grad_(requires_grad) if requires_grad else t
     if isinstance(data, np.ndarray):
-        return from_numpy(data, device)
+        return from_numpy(data, device, dtype=dtype, requires_grad=requires_grad)
+    dt = check_dtype(dtype, _check_device(device))
     try:
-        array = np.array(data, dtype=DTYPE)
+        array = np.array(data, dtype=dt)
     except (TypeError, ValueError) as exc:
-        raise TypeError(f"cannot make a float32 tensor from {type(data).__name__}: {exc}") from None
-    return from_numpy(array, device)
+        raise TypeError(f"cannot make a {dt} tensor from {type(data).__name__}: {exc}") from None
+    return from_numpy(array, device, dtype=dt, requires_grad=requires_grad)
 
 
-def empty(shape: ShapeLike, device: str | None = None) -> Tensor:
+def empty(shape: ShapeLike, device: str | None = None, *, dtype: DTypeLike = None) -> Tensor:
     """Uninitialised memory: read it before writing it and you get whatever was there."""
     device = _check_device(device)
-    return Tensor(backend.get_backend(device).empty(_check_shape(shape), DTYPE), device)
+    dt = check_dtype(dtype, device)
+    return Tensor(backend.get_backend(device).empty(_check_shape(shape), dt), device)
 
 
-def zeros(shape: ShapeLike, device: str | None = None) -> Tensor:
+def zeros(shape: ShapeLike, device: str | None = None, *, dtype: DTypeLike = None,
+          requires_grad: bool = False) -> Tensor:
     device = _check_device(device)
-    return Tensor(backend.get_backend(device).zeros(_check_shape(shape), DTYPE), device)
+    dt = check_dtype(dtype, device)
+    return Tensor(backend.get_backend(device).zeros(_check_shape(shape), dt), device, requires_grad=requires_grad)
 
 
-def full(shape: ShapeLike, value: float, device: str | None = None) -> Tensor:
-    return empty(shape, device).fill_(value)
+def full(shape: ShapeLike, value: float, device: str | None = None, *, dtype: DTypeLike = None,
+         requires_grad: bool = False) -> Tensor:
+    return empty(shape, device, dtype=dtype).fill_(value).requires_grad_(requires_grad)
 
 
-def ones(shape: ShapeLike, device: str | None = None) -> Tensor:
-    return full(shape, 1.0, device)
+def ones(shape: ShapeLike, device: str | None = None, *, dtype: DTypeLike = None,
+         requires_grad: bool = False) -> Tensor:
+    return full(shape, 1.0, device, dtype=dtype, requires_grad=requires_grad)
 
 
-def randn(shape: ShapeLike, device: str | None = None, seed: int | None = None) -> Tensor:
+def randn(shape: ShapeLike, device: str | None = None, seed: int | None = None, *, dtype: DTypeLike = None,
+          requires_grad: bool = False) -> Tensor:
     """Standard normal samples, drawn on the host (the same values on every device for one seed)."""
-    values = np.random.default_rng(seed).standard_normal(_check_shape(shape), dtype=DTYPE)
-    return from_numpy(values, device)
+    device = _check_device(device)
+    dt = check_dtype(dtype, device)
+    values = np.random.default_rng(seed).standard_normal(_check_shape(shape), dtype=DTYPE).astype(dt)
+    return from_numpy(values, device, dtype=dt, requires_grad=requires_grad)
+
+
+from minitorch import autograd  # noqa: E402  (autograd builds on Tensor; the operators above use it)

@@ -1,0 +1,192 @@
+"""Layers: ``Module`` (parameters, state dicts, save/load), ``Linear``, ``Sigmoid``, ``ReLU``.
+
+A module's parameters are the tensors with ``requires_grad=True`` among its attributes, and those of
+its sub-modules (attributes that are modules, or lists, tuples and dicts of them), found in the order
+they were assigned. ``Sequential`` arrives in Phase 5.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from minitorch import backend, functional
+from minitorch.tensor import DTypeLike, Tensor, _check_device, check_dtype
+
+__all__ = ["Linear", "Module", "ReLU", "Sigmoid"]
+
+
+class Module:
+    """Base class of layers and models: subclass it and write ``forward``; call the module to run it."""
+
+    def forward(self, *args: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} does not define forward()")
+
+    def __call__(self, *args: Any) -> Any:
+        return self.forward(*args)
+
+    # --- parameters -----------------------------------------------------------------------------
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        for name, value in vars(self).items():
+            if isinstance(value, (list, tuple)):
+                for i, item in enumerate(value):
+                    yield f"{name}.{i}", item
+            elif isinstance(value, dict):
+                for key, item in value.items():
+                    yield f"{name}.{key}", item
+            else:
+                yield name, value
+
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, Tensor]]:
+        """(dotted name, tensor) for every parameter, recursively; a shared tensor appears once."""
+        seen: set[int] = set()
+        for name, t in self._named_parameters(prefix):
+            if id(t) not in seen:
+                seen.add(id(t))
+                yield name, t
+
+    def _named_parameters(self, prefix: str) -> Iterator[tuple[str, Tensor]]:
+        for name, value in self._children():
+            if isinstance(value, Tensor) and value.requires_grad:
+                yield prefix + name, value
+            elif isinstance(value, Module):
+                yield from value._named_parameters(f"{prefix}{name}.")
+
+    def parameters(self) -> Iterator[Tensor]:
+        """Every parameter of this module and its sub-modules (for an optimizer)."""
+        for _, t in self.named_parameters():
+            yield t
+
+    def zero_grad(self) -> None:
+        """Forget the accumulated gradients (``.grad = None``)."""
+        for t in self.parameters():
+            t.grad = None
+
+    def to(self, device: str) -> Module:
+        """Move every parameter to ``device``, in place (the tensors stay the same objects)."""
+        device = _check_device(device)
+        for t in self.parameters():
+            if t.device != device:
+                check_dtype(t.dtype, device)
+                t._data = backend.get_backend(device).asarray(t.numpy())
+                t._device = device
+                t.grad = None
+        return self
+
+    # --- state ----------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """{name: host copy of the parameter}."""
+        return {name: t.numpy() for name, t in self.named_parameters()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Copy values into the parameters (same names, same shapes)."""
+        params = dict(self.named_parameters())
+        missing = sorted(set(params) - set(state))
+        unexpected = sorted(set(state) - set(params))
+        if missing or unexpected:
+            raise KeyError(f"load_state_dict: missing {missing or 'nothing'}, unexpected {unexpected or 'nothing'} "
+                           f"(this {type(self).__name__} has {sorted(params)})")
+        for name, t in params.items():
+            value = np.asarray(state[name])
+            if value.shape != t.shape:
+                raise ValueError(f"load_state_dict: {name} has shape {t.shape}, the state has {value.shape}")
+            _assign(t, value)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the parameters to a NumPy ``.npz`` file."""
+        np.savez(path, **self.state_dict())
+
+    def load(self, path: str | os.PathLike[str]) -> Module:
+        """Read parameters written by :meth:`save` (``.npz`` may be left out of the name)."""
+        path = os.fspath(path)
+        if not os.path.exists(path) and os.path.exists(path + ".npz"):
+            path += ".npz"
+        with np.load(path) as data:
+            self.load_state_dict({k: data[k] for k in data.files})
+        return self
+
+    def __repr__(self) -> str:
+        inner = [f"  ({name}): {value!r}".replace("\n", "\n  ") for name, value in self._children()
+                 if isinstance(value, Module)]
+        return f"{type(self).__name__}(" + ("\n" + "\n".join(inner) + "\n" if inner else self.extra_repr()) + ")"
+
+    def extra_repr(self) -> str:
+        return ""
+
+
+def _assign(t: Tensor, value: np.ndarray) -> None:
+    """Replace a parameter's values from the host, keeping the tensor object (optimizers hold it)."""
+    t._data = backend.get_backend(t.device).asarray(np.ascontiguousarray(value, dtype=t.dtype))
+
+
+class Linear(Module):
+    """y = x @ W + b, with W of shape (in_features, out_features) and b of shape (out_features,).
+
+    The weight is stored (in, out), the transpose of PyTorch's (out, in), so the forward is one matmul
+    of the (batch, in) input with no transpose. Initial values are uniform in ±1/sqrt(in_features), as
+    in PyTorch, drawn on the host from ``seed``.
+    """
+
+    def __init__(self, in_features: int, out_features: int, *, bias: bool = True, device: str | None = None,
+                 dtype: DTypeLike = None, seed: int | None = None) -> None:
+        for name, value in (("in_features", in_features), ("out_features", out_features)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+                raise ValueError(f"Linear: {name} must be a non-negative integer, got {value!r}")
+        self.in_features, self.out_features = int(in_features), int(out_features)
+        device = _check_device(device)
+        dt = check_dtype(dtype, device)
+        rng = np.random.default_rng(seed)
+        bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
+        w = rng.uniform(-bound, bound, (in_features, out_features)).astype(dt)
+        self.weight = Tensor(backend.get_backend(device).asarray(w), device, requires_grad=True)
+        self.bias: Tensor | None = None
+        if bias:
+            b = rng.uniform(-bound, bound, (out_features,)).astype(dt)
+            self.bias = Tensor(backend.get_backend(device).asarray(b), device, requires_grad=True)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"Linear expects a minitorch Tensor, got {type(x).__name__}")
+        if x.ndim != 2 or x.shape[1] != self.in_features:
+            raise ValueError(f"Linear({self.in_features}, {self.out_features}) expects an input of shape "
+                             f"(batch, {self.in_features}), got {x.shape}")
+        y = x @ self.weight
+        return y + self.bias if self.bias is not None else y
+
+    def set_weights(self, weight: Any, bias: Any = None) -> None:
+        """Set the weight (in_features, out_features) and the bias (out_features,) from host values."""
+        w = np.asarray(weight, dtype=np.float64)
+        expected = (self.in_features, self.out_features)
+        if w.shape != expected:
+            note = ""
+            if w.shape == expected[::-1]:
+                note = (" (that is (out_features, in_features), PyTorch's layout: minitorch stores the weight "
+                        "as (in_features, out_features) so that the forward is x @ W; pass its transpose)")
+            raise ValueError(f"Linear.set_weights: weight must have shape {expected} (in_features, "
+                             f"out_features), got {w.shape}{note}")
+        _assign(self.weight, w)
+        if bias is not None:
+            if self.bias is None:
+                raise ValueError("Linear.set_weights: this layer was made with bias=False")
+            b = np.asarray(bias, dtype=np.float64)
+            if b.shape != (self.out_features,):
+                raise ValueError(f"Linear.set_weights: bias must have shape ({self.out_features},), got {b.shape}")
+            _assign(self.bias, b)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class Sigmoid(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return functional.sigmoid(x)
+
+
+class ReLU(Module):
+    def forward(self, x: Tensor) -> Tensor:
+        return functional.relu(x)
+
