@@ -1,0 +1,89 @@
+"""Helpers shared by the graded tests of Phases 3a and 3b (not a test module)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+import minitorch
+from grader import checks
+from grader.checks import GradeError, launch_checked  # noqa: F401 - re-exported to the phase-3 tests
+from minitorch import kernels
+
+
+def device() -> str:
+    return minitorch.get_device()
+
+
+def on_kernel(file: str, function: str, *values: Any) -> Any:
+    """A pytest.param that names the kernel it launches (reported when the test crashes or hangs)."""
+    return pytest.param(*values, marks=pytest.mark.kernel(file, function), id="-".join(map(str, values)))
+
+
+
+
+def expect_error(what: str, fn: Callable[[], Any], error: type[Exception], *must_name: str,
+                 files: Sequence[str] = ()) -> None:
+    """`fn` must raise `error` naming each of `must_name`, and launch no kernel of `files` first."""
+    checks.reset_launches()
+    try:
+        fn()
+    except error as err:
+        missing = [s for s in must_name if s not in str(err)]
+        if missing:
+            raise GradeError(f"{what}: the {error.__name__} must name what was expected and what came "
+                             f"({', '.join(missing)} missing): {err}") from None
+    else:
+        raise GradeError(f"{what}: expected a {error.__name__} naming {', '.join(must_name)}, got no error")
+    for file, function in files:
+        if kernels.launch_count(file, function):
+            raise GradeError(f"{what}: `{function}` was launched before the {error.__name__}: check the arguments first")
+
+
+def host(shape: int | tuple[int, ...], *salt: object, scale: float = 1.0) -> np.ndarray:
+    """Random float32 values for this run's seed."""
+    return (checks.rng(*salt, shape).standard_normal(shape) * scale).astype(np.float32)
+
+
+def rel_error(got: np.ndarray, expected: np.ndarray) -> float:
+    """max |got - expected| / max |expected| (as minitorch.gradcheck.relative_error)."""
+    from minitorch.gradcheck import relative_error
+
+    return relative_error(got, expected)
+
+
+# ---------------------------------------------------------------- the XOR network (Phase 3b's deliverable)
+
+XOR_X = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], np.float32)
+XOR_Y = np.array([[0], [1], [1], [0]], np.float32)
+XOR_EPOCHS, XOR_LR, XOR_MOMENTUM = 5000, 0.01, 0.9
+
+
+def train_xor(seed: int, epochs: int = XOR_EPOCHS) -> tuple[list[float], np.ndarray]:
+    """Train Linear(2, 4) -> Sigmoid -> Linear(4, 1) as the lab does; returns (losses, predictions)."""
+    from minitorch import functional, nn, optim
+
+    class XORNet(nn.Module):
+        def __init__(self) -> None:
+            self.hidden = nn.Linear(2, 4, seed=seed)
+            self.out = nn.Linear(4, 1, seed=seed + 1)
+
+        def forward(self, x):
+            return self.out(self.hidden(x).sigmoid())
+
+    model = XORNet()
+    opt = optim.SGD(model.parameters(), lr=XOR_LR, momentum=XOR_MOMENTUM)
+    x, y = minitorch.tensor(XOR_X), minitorch.tensor(XOR_Y)
+    losses = []
+    for _ in range(epochs):
+        opt.zero_grad()
+        loss = functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    with minitorch.no_grad():
+        pred = model(x).numpy().ravel()
+    return [t.item() for t in losses], pred
