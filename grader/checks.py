@@ -161,6 +161,34 @@ def assert_bitwise_equal(got: Any, expected: Any, *, what: str = "output") -> No
         f"(0x{int(eb[first]):0{width}x}), got {got_h[first].item()!r} (0x{int(gb[first]):0{width}x})")
 
 
+# ---------------------------------------------------------------- memory faults
+
+
+def is_memory_fault(exc: BaseException | None) -> bool:
+    """True when the emulator's KernelFault or a CUDA illegal-address error is behind `exc`."""
+    while exc is not None:
+        if type(exc).__name__ == "KernelFault" or "IllegalAddress" in str(exc) or "illegal memory" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def launch_checked(what: str, fn: Callable[[], Any]) -> Any:
+    """Run a launch (or anything that launches) and synchronise; report a memory fault as an
+    out-of-bounds failure. The fault's own message names the kernel, its file and the launch
+    configuration, and on the emulator the argument, byte offset, thread and source line."""
+    from minitorch import backend
+
+    try:
+        result = fn()
+        backend.synchronize()
+    except Exception as exc:
+        if not is_memory_fault(exc):
+            raise
+        raise GradeError(f"{what}: out-of-bounds memory access:\n  {exc}") from exc
+    return result
+
+
 # ---------------------------------------------------------------- launch records
 
 

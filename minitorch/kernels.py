@@ -270,7 +270,7 @@ class Kernel:
             check_args(self.filename, self.function, self.params, args, self._kinds)
         trace = os.environ.get("MINITORCH_LAUNCH_TRACE")
         if trace:  # the grader reads this to name the kernel that was running when a test hung or crashed
-            Path(trace).write_text(f"{self.filename}:{self.function} grid={grid} block={block}\n")
+            _trace_launch(trace, f"{self.filename}:{self.function} grid={grid} block={block}\n")
         with _lock:
             key = (self.filename, self.function)
             _launches[key] = _launches.get(key, 0) + 1
@@ -285,6 +285,34 @@ class Kernel:
                 raise _compile_error(self.filename, backend.get_device(), exc) from None
             raise KernelLaunchError(f"kernel `{self.function}` from {self.filename} failed "
                                     f"(grid={grid}, block={block}): {exc}") from exc
+
+
+_trace_file: tuple[str, int, int] | None = None  # (path, open descriptor, inode)
+_trace_last = ""
+
+
+def _trace_launch(path: str, line: str) -> None:
+    """Record the launch in one open file, rewritten in place only when the line changes: reopening
+    the file on every launch cost ~180 us, more than an emulated launch. A stat (~2 us) notices when
+    the grader has removed or emptied the file between tests."""
+    global _trace_file, _trace_last
+    with _lock:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            st = None
+        if _trace_file is None or _trace_file[0] != path or st is None or st.st_ino != _trace_file[2]:
+            if _trace_file is not None:
+                os.close(_trace_file[1])
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            _trace_file, _trace_last = (path, fd, os.fstat(fd).st_ino), ""
+        elif st.st_size == 0:
+            _trace_last = ""
+        if line != _trace_last:
+            data = line.encode()
+            os.pwrite(_trace_file[1], data, 0)
+            os.ftruncate(_trace_file[1], len(data))
+            _trace_last = line
 
 
 def _as_dims(dims: Any) -> tuple[int, ...]:

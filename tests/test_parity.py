@@ -33,15 +33,167 @@ def _copy(n: int, rng: np.random.Generator):
     return backend.asnumpy(dst), src.astype(np.float64)
 
 
+def _elementwise(function: str):
+    """A Phase 2 elementwise kernel on a small grid; the float32 NumPy result is exact (one rounding)."""
+    def case(n: int, rng: np.random.Generator):
+        a, b = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+        s = np.float32(rng.standard_normal())
+        out = backend.asarray(np.full(n, np.nan, np.float32))
+        args = {"add": (a, b), "mul": (a, b), "scalar_mul": (a, s), "relu": (a,)}[function]
+        args = tuple(backend.asarray(x) if isinstance(x, np.ndarray) else x for x in args)
+        kernels.load_kernel("elementwise.cu", function)((7,), (128,), (*args, out, np.int64(n)))
+        expected = {"add": a + b, "mul": a * b, "scalar_mul": s * a, "relu": np.where(a > 0, a, np.float32(0))}[function]
+        return backend.asnumpy(out), expected.astype(np.float64)
+    return case
+
+
+def _transpose(function: str):
+    def case(n: int, rng: np.random.Generator):
+        rows = max(1, int(n ** 0.5) - 3)
+        cols = n // rows  # ragged on both sides for most n
+        a = rng.standard_normal((rows, cols)).astype(np.float32)
+        out = backend.asarray(np.full((cols, rows), np.nan, np.float32))
+        grid = ((cols + 31) // 32, (rows + 31) // 32)
+        kernels.load_kernel("transpose.cu", function)(grid, (32, 8), (backend.asarray(a), out, np.int32(rows),
+                                                                        np.int32(cols)))
+        return backend.asnumpy(out), a.T.astype(np.float64)
+    return case
+
+
+def _matmul_naive(n: int, rng: np.random.Generator):
+    # small integers: every product and partial sum is exact in float32, so a GPU's fused multiply-adds and the
+    # emulator's separate multiply and add give the same bits
+    m, k, cols = max(1, n % 61), n % 97 + 1, max(1, n % 45)
+    a = rng.integers(-8, 9, (m, k)).astype(np.float32)
+    b = rng.integers(-8, 9, (k, cols)).astype(np.float32)
+    out = backend.asarray(np.full((m, cols), np.nan, np.float32))
+    grid = ((cols + 15) // 16, (m + 15) // 16)
+    kernels.load_kernel("matmul.cu", "matmul_naive")(grid, (16, 16), (backend.asarray(a), backend.asarray(b), out,
+                                                                      np.int32(m), np.int32(cols), np.int32(k)))
+    return backend.asnumpy(out), a.astype(np.float64) @ b.astype(np.float64)
+
+
+
+def _reduce_partials(function: str):
+    """One pass of a Phase 4 reduction on 7 blocks of 128 threads: block b's partial is the sum (max) of its
+    grid-stride share, the elements i with (i // 128) % 7 == b."""
+    grid, threads = 7, 128
+
+    def case(n: int, rng: np.random.Generator):
+        if function == "max_warp":
+            x = rng.standard_normal(n).astype(np.float32)
+        else:  # small integers: every partial sum is exact whatever the order of the additions (atomics)
+            x = rng.integers(-8, 9, n).astype(np.float32)
+        start = np.zeros(grid, np.float32) if function == "sum_atomic" else np.full(grid, np.nan, np.float32)
+        partial = backend.asarray(start)
+        kernels.load_kernel("reduce.cu", function)((grid,), (threads,), (backend.asarray(x), partial, np.int64(n)))
+        block = (np.arange(n) // threads) % grid
+        identity = -np.inf if function == "max_warp" else 0.0
+        combine = np.max if function == "max_warp" else np.sum
+        expected = np.array([combine(x[block == b].astype(np.float64)) if np.any(block == b) else identity
+                             for b in range(grid)])
+        return backend.asnumpy(partial), expected
+    return case
+
+
+def _column_mean_var(n: int, rng: np.random.Generator):
+    # 64 rows of small integers: the mean is a multiple of 1/64 and every later step is exact in float32, so a
+    # GPU's fused multiply-adds and the emulator's separate ones give the same bits
+    rows, cols = 64, n % 37 + 1
+    x = rng.integers(-2, 3, (rows, cols)).astype(np.float32)
+    mean = backend.asarray(np.full(cols, np.nan, np.float32))
+    var = backend.asarray(np.full(cols, np.nan, np.float32))
+    kernels.load_kernel("reduce.cu", "column_mean_var")(((cols + 31) // 32,), (32, 32),
+                                                        (backend.asarray(x), mean, var, np.int32(rows), np.int32(cols)))
+    x64 = x.astype(np.float64)
+    return (np.concatenate([backend.asnumpy(mean), backend.asnumpy(var)]),
+            np.concatenate([x64.mean(axis=0), x64.var(axis=0)]))
+
+def _phase3(function: str):
+    """A Phase 3 kernel on a small grid. Inputs are chosen so that every result is exact in float32 (small
+    integers, dyadic rates, the saturated and central values of the sigmoid): a GPU's fused multiply-adds, its
+    expf and the order of its atomics then give the emulator's bits."""
+    grid, threads = 3, 128
+
+    def dev(x: np.ndarray):
+        return backend.asarray(np.ascontiguousarray(x, dtype=np.float32))
+
+    def poisoned(shape):
+        return backend.asarray(np.full(shape, np.nan, np.float32))
+
+    def launch(*args) -> None:
+        kernels.load_kernel(*file_of[function])((grid,), (threads,), args)
+
+    def case(n: int, rng: np.random.Generator):
+        ints = lambda shape: rng.integers(-8, 9, shape).astype(np.float32)  # noqa: E731
+        if function == "add_bias":
+            rows, cols = max(1, n // 37), min(n, 37)
+            x, bias, out = rng.standard_normal((rows, cols)).astype(np.float32), ints(cols), poisoned((rows, cols))
+            launch(dev(x), dev(bias), out, np.int32(rows), np.int32(cols))
+            return backend.asnumpy(out), (x + bias).astype(np.float64)
+        if function == "sigmoid":
+            x = rng.choice(np.array([0.0, -0.0, 200.0, -200.0, np.inf, -np.inf], np.float32), n)
+            out = poisoned(n)
+            launch(dev(x), out, np.int64(n))
+            return backend.asnumpy(out), np.where(x > 0, 1.0, np.where(x < 0, 0.0, 0.5))
+        if function in ("sigmoid_backward", "relu_backward"):
+            first = rng.integers(-4, 5, n).astype(np.float32) / 4  # y in multiples of 1/4: y (1 - y) is exact
+            g, out = ints(n), poisoned(n)
+            launch(dev(first), dev(g), out, np.int64(n))
+            expected = g * first * (1 - first) if function == "sigmoid_backward" else np.where(first > 0, g, 0)
+            return backend.asnumpy(out), expected.astype(np.float64)
+        if function == "bias_grad":
+            rows, cols = max(1, n // 37), min(n, 37)
+            g, out = ints((rows, cols)), poisoned(cols)
+            launch(dev(g), out, np.int32(rows), np.int32(cols))
+            return backend.asnumpy(out), g.astype(np.float64).sum(axis=0)
+        if function == "mse_loss":
+            m = 1 << (n.bit_length() - 1)  # a power of two: each thread's sum / m is exact
+            p, t, loss = ints(m), ints(m), backend.asarray(np.zeros(1, np.float32))
+            launch(dev(p), dev(t), loss, np.int64(m))
+            return backend.asnumpy(loss), np.array([np.mean((p.astype(np.float64) - t) ** 2)])
+        if function == "mse_backward":
+            p, t, out = ints(n), ints(n), poisoned(n)
+            scale = np.float32(0.75)
+            launch(dev(p), dev(t), out, scale, np.int64(n))
+            factor = np.float32(2.0) * scale / np.float32(n)  # the kernel's own float32 steps
+            return backend.asnumpy(out), (factor * (p - t)).astype(np.float64)
+        if function == "sgd_momentum":
+            param, grad, velocity = ints(n), ints(n), ints(n)
+            p_dev, v_dev = dev(param), dev(velocity)
+            launch(p_dev, dev(grad), v_dev, np.float32(0.25), np.float32(0.5), np.int64(n))
+            v = 0.5 * velocity.astype(np.float64) + grad
+            return (np.concatenate([backend.asnumpy(p_dev), backend.asnumpy(v_dev)]),
+                    np.concatenate([param - 0.25 * v, v]))
+        raise AssertionError(function)
+
+    file_of = {**{k: ("forward.cu", k) for k in ("add_bias", "sigmoid")},
+               **{k: ("backward.cu", k) for k in ("sigmoid_backward", "relu_backward", "bias_grad", "mse_loss",
+                                                  "mse_backward")},
+               "sgd_momentum": ("sgd.cu", "sgd_momentum")}
+    return case
+
+
+PHASE3_KERNELS = {("forward.cu", k) for k in ("add_bias", "sigmoid")} | {
+    ("backward.cu", k) for k in ("sigmoid_backward", "relu_backward", "bias_grad", "mse_loss", "mse_backward")} | {
+    ("sgd.cu", "sgd_momentum")}
+
 CASES: dict[tuple[str, str], Callable] = {
     ("memory.cu", "fill"): _fill,
     ("memory.cu", "copy"): _copy,
+    **{("elementwise.cu", f): _elementwise(f) for f in ("add", "mul", "scalar_mul", "relu")},
+    **{("transpose.cu", f): _transpose(f) for f in ("transpose_naive", "transpose_tiled")},
+    ("matmul.cu", "matmul_naive"): _matmul_naive,
+    **{("reduce.cu", f): _reduce_partials(f) for f in ("sum_atomic", "sum_shared", "sum_warp", "max_warp")},
+    ("reduce.cu", "column_mean_var"): _column_mean_var,
+    **{key: _phase3(key[1]) for key in PHASE3_KERNELS},
 }
 
 
 @pytest.fixture
 def solution_workspace(workspace):
-    for notebook in ("phase1_memory.ipynb",):
+    for notebook in ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase3a_forward.ipynb",
+                     "phase3b_backward.ipynb", "phase4_reductions.ipynb"):
         for name, text in solution_files(notebook).items():
             kernels.write_source(name, text)
     return workspace

@@ -11,7 +11,7 @@ import pytest
 
 import minitorch
 from grader import checks
-from grader.checks import ODD_SIZES, GradeError
+from grader.checks import ODD_SIZES, GradeError, launch_checked
 from minitorch import backend, kernels
 
 FILL = pytest.mark.kernel("memory.cu", "fill")
@@ -54,28 +54,6 @@ def random_value(*salt: object) -> float:
     return float(np.float32(checks.rng("value", *salt).standard_normal() * 100))
 
 
-def is_memory_fault(exc: BaseException | None) -> bool:
-    """True when the emulator's KernelFault or a CUDA illegal-address error is behind `exc`."""
-    while exc is not None:
-        if type(exc).__name__ == "KernelFault" or "IllegalAddress" in str(exc) or "illegal memory" in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def launch_checked(what: str, fn):
-    """Run a launch; report a memory fault as an out-of-bounds failure.
-
-    The launch error's own message names the kernel, its file, the launch configuration and
-    (emulator) the argument, byte offset, thread and source line.
-    """
-    try:
-        fn()
-        backend.synchronize()
-    except Exception as exc:
-        if not is_memory_fault(exc):
-            raise
-        raise GradeError(f"{what}: out-of-bounds memory access:\n  {exc}") from exc
 
 
 def check_small_grid(out, expected: np.ndarray, what: str) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 import minitorch
 from grader import checks
-from grader.checks import ODD_SIZES, GradeError
+from grader.checks import ODD_SIZES, GradeError, launch_checked
 from minitorch import backend, kernels
 
 BINARY = ("add", "mul")
@@ -49,24 +49,6 @@ def on_kernel(file: str, function: str, *values: Any) -> Any:
     return pytest.param(*values, marks=pytest.mark.kernel(file, function), id="-".join(map(str, values)))
 
 
-def is_memory_fault(exc: BaseException | None) -> bool:
-    """True when the emulator's KernelFault or a CUDA illegal-address error is behind `exc`."""
-    while exc is not None:
-        if type(exc).__name__ == "KernelFault" or "IllegalAddress" in str(exc) or "illegal memory" in str(exc):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
-def launch_checked(what: str, fn: Callable[[], Any]) -> None:
-    """Run a launch; report a memory fault as an out-of-bounds failure (the fault names kernel, thread, line)."""
-    try:
-        fn()
-        backend.synchronize()
-    except Exception as exc:
-        if not is_memory_fault(exc):
-            raise
-        raise GradeError(f"{what}: out-of-bounds memory access:\n  {exc}") from exc
 
 
 def check_padding(host: np.ndarray, n: int, what: str, hint: str) -> None:
