@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import platform
 import re
 import sys
@@ -34,6 +35,19 @@ def gpu_name() -> str:
 
     name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
     return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def emulator_name() -> str:
+    """'CUDA C emulator on <CPU model>, <n> cores': the device name of a benchmark run on the emulator."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"CUDA C emulator on {model}, {os.cpu_count()} cores"
 
 
 def software() -> dict[str, Any]:

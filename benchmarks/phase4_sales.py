@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from common import ROOT, gpu_name, solution_sources, write_results
+from common import ROOT, emulator_name, gpu_name, solution_sources, write_results
 
 # The lab's deliverable settings (solutions/phase4_reductions.ipynb, "The deliverable: predicting sales").
 FULL_CONFIG = dict(epochs=50, batch_size=1024, train_rows=None)
@@ -36,18 +35,6 @@ LEARNING_RATE, MOMENTUM, HIDDEN, SEED = 0.05, 0.9, 32, 0
 LOG_FEATURES = ["quantity", "unit_price"]
 LABS = ("phase1_memory", "phase2_kernels", "phase3a_forward", "phase3b_backward", "phase4_reductions")
 SAMPLE = 2000  # test sales in the predicted-vs-actual figure (5 significant digits: a small file)
-
-
-def emulator_name() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"CUDA C emulator on {model}, {os.cpu_count()} cores"
 
 
 def prepare(features: np.ndarray, target: np.ndarray, names: list[str], log_space: bool, config: dict) -> dict:

@@ -7,16 +7,12 @@ needs a GPU: a correct but naive transpose, launched as the tiled one, must fail
 
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.grader.test_grader_fixtures import _emu_available, replace_once, results
+from tests.grader.test_grader_fixtures import _emu_available, grade_workspace, replace_once, results
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTION = REPO / "solutions" / "phase2_kernels.ipynb"
@@ -50,20 +46,7 @@ def solution_sources() -> dict[str, str]:
 
 def grade(tmp_path: Path, files: dict[str, str], *args: str, timeout: float = 60, device: str = "emu") -> dict:
     """`grader check phase2` on a workspace holding `files`; the check must reject it (exit 1)."""
-    workspace = tmp_path / "workspace"
-    workspace.mkdir(exist_ok=True)
-    for name, text in files.items():
-        (workspace / name).write_text(text)
-    cmd = [sys.executable, "-m", "grader", "check", "phase2", "--device", device, "--workspace", str(workspace),
-           "--no-record", "--json", "--timeout", str(timeout), *args]
-    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "GRADER_PROGRESS": str(tmp_path / "progress.json"), "PYTHONPATH": pythonpath,
-           "GRADER_SKIP_GATES": "1"}  # the lab's gate (phase1 passed) is not what these fixtures test
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=280)
-    assert proc.returncode == 1, f"expected a rejection (exit 1), got {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    report = json.loads(proc.stdout)
-    assert report["passed"] is False
-    return report
+    return grade_workspace(tmp_path, "phase2", files, *args, timeout=timeout, device=device)
 
 
 def by_case(report: dict, prefix: str) -> dict[str, dict]:

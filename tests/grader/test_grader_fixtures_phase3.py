@@ -7,24 +7,14 @@ that matter run.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.grader.test_grader_fixtures import _emu_available, grade_workspace, results
+
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ["phase1_memory", "phase2_kernels", "phase3a_forward", "phase3b_backward"]
-
-
-def _emu_available() -> bool:
-    try:
-        from minitorch import emu
-    except Exception:
-        return False
-    return hasattr(emu, "RawModule")
 
 
 pytestmark = [
@@ -58,25 +48,7 @@ def mutate(name: str, old: str, new: str) -> dict[str, str]:
 
 
 def grade(tmp_path: Path, phase: str, files: dict[str, str], select: str, timeout: float = 120) -> dict:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir(exist_ok=True)
-    for name, text in files.items():
-        (workspace / name).write_text(text)
-    cmd = [sys.executable, "-m", "grader", "check", phase, "--device", "emu", "--workspace", str(workspace),
-           "--no-notebook", "--no-record", "--json", "--timeout", str(timeout), "-k", select]
-    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "GRADER_PROGRESS": str(tmp_path / "progress.json"), "PYTHONPATH": pythonpath}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=280)
-    assert proc.returncode == 1, f"expected a rejection (exit 1), got {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    report = json.loads(proc.stdout)
-    assert report["passed"] is False
-    return report
-
-
-def results(report: dict, prefix: str) -> list[dict]:
-    found = [c for c in report["checks"] if c["name"].startswith(prefix)]
-    assert found, f"no check named {prefix}*: {[c['name'] for c in report['checks']]}"
-    return found
+    return grade_workspace(tmp_path, phase, files, "--no-notebook", "-k", select, timeout=timeout)
 
 
 def failed(report: dict, prefix: str, results_allowed: tuple[str, ...] = ("FAIL",)) -> list[dict]:
