@@ -96,18 +96,48 @@ def _reduce_partials(function: str):
     return case
 
 
-def _column_mean_var(n: int, rng: np.random.Generator):
-    # 64 rows of small integers: the mean is a multiple of 1/64 and every later step is exact in float32, so a
-    # GPU's fused multiply-adds and the emulator's separate ones give the same bits
-    rows, cols = 64, n % 37 + 1
+def _chunk_statistics(x: np.ndarray, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """float64 (n_chunks, cols) means and sums of squared deviations of consecutive chunks of rows."""
+    chunks = [x[k:k + chunk_rows].astype(np.float64) for k in range(0, len(x), chunk_rows)]
+    means = np.array([c.mean(axis=0) for c in chunks])
+    return means, np.array([((c - m) ** 2).sum(axis=0) for c, m in zip(chunks, means, strict=True)])
+
+
+def _column_partials(n: int, rng: np.random.Generator):
+    # Small integers in chunks of 64 rows and a last chunk of 32: every count is a power of two, so each chunk's
+    # mean is exact, and so is every later step in float32: a GPU's fused multiply-adds and the emulator's separate
+    # ones give the same bits
+    chunk_rows, cols = 64, n % 37 + 1
+    rows = chunk_rows * (n % 5 + 1) + 32
+    n_chunks = (rows + chunk_rows - 1) // chunk_rows
     x = rng.integers(-2, 3, (rows, cols)).astype(np.float32)
+    chunk_mean = backend.asarray(np.full((n_chunks, cols), np.nan, np.float32))
+    chunk_m2 = backend.asarray(np.full((n_chunks, cols), np.nan, np.float32))
+    kernels.load_kernel("reduce.cu", "column_partials")(
+        ((cols + 31) // 32, n_chunks), (32, 8),
+        (backend.asarray(x), chunk_mean, chunk_m2, np.int32(rows), np.int32(cols), np.int32(chunk_rows)))
+    return (np.concatenate([backend.asnumpy(chunk_mean).ravel(), backend.asnumpy(chunk_m2).ravel()]),
+            np.concatenate([a.ravel() for a in _chunk_statistics(x, chunk_rows)]))
+
+
+def _column_mean_var(n: int, rng: np.random.Generator):
+    # The merge alone, of chunk statistics computed by NumPy: 1 to 8 chunks of 64 rows of small integers, blocks of
+    # (32, 4), so a thread merges at most two chunks and the tree merges equal counts: every weight n_b / n is 1/2,
+    # and every step is exact in float32 (fused multiply-adds or not)
+    chunk_rows, cols = 64, n % 37 + 1
+    n_chunks = 1 << (n % 4)
+    rows = chunk_rows * n_chunks
+    x = rng.integers(-2, 3, (rows, cols)).astype(np.float32)
+    chunk_mean, chunk_m2 = (backend.asarray(a.astype(np.float32)) for a in _chunk_statistics(x, chunk_rows))
     mean = backend.asarray(np.full(cols, np.nan, np.float32))
     var = backend.asarray(np.full(cols, np.nan, np.float32))
-    kernels.load_kernel("reduce.cu", "column_mean_var")(((cols + 31) // 32,), (32, 32),
-                                                        (backend.asarray(x), mean, var, np.int32(rows), np.int32(cols)))
+    kernels.load_kernel("reduce.cu", "column_mean_var")(
+        ((cols + 31) // 32,), (32, 4),
+        (chunk_mean, chunk_m2, mean, var, np.int32(rows), np.int32(cols), np.int32(chunk_rows), np.int32(n_chunks)))
     x64 = x.astype(np.float64)
     return (np.concatenate([backend.asnumpy(mean), backend.asnumpy(var)]),
             np.concatenate([x64.mean(axis=0), x64.var(axis=0)]))
+
 
 def _phase3(function: str):
     """A Phase 3 kernel on a small grid. Inputs are chosen so that every result is exact in float32 (small
@@ -185,6 +215,7 @@ CASES: dict[tuple[str, str], Callable] = {
     **{("transpose.cu", f): _transpose(f) for f in ("transpose_naive", "transpose_tiled")},
     ("matmul.cu", "matmul_naive"): _matmul_naive,
     **{("reduce.cu", f): _reduce_partials(f) for f in ("sum_atomic", "sum_shared", "sum_warp", "max_warp")},
+    ("reduce.cu", "column_partials"): _column_partials,
     ("reduce.cu", "column_mean_var"): _column_mean_var,
     **{key: _phase3(key[1]) for key in PHASE3_KERNELS},
 }

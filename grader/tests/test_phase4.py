@@ -24,8 +24,10 @@ VARIANTS = [pytest.param(v, id=v, marks=pytest.mark.kernel("reduce.cu", k)) for 
 TREE_VARIANTS = [p for p in VARIANTS if p.values[0] != "atomic"]  # a shared-memory tree: checked for races
 MAX = pytest.mark.kernel("reduce.cu", "max_warp")
 COLUMNS = pytest.mark.kernel("reduce.cu", "column_mean_var")
-# Shapes (rows, cols): single elements, partial 32-column tiles, many tiles, long thin columns.
-COLUMN_SHAPES = [(1, 1), (7, 3), (31, 33), (257, 1), (4099, 5), (100, 65), (5, 1000), (20_011, 2)]
+# Shapes (rows, cols): single elements, partial 32-column tiles, many tiles, long thin columns; a tall, narrow
+# matrix (many chunks of rows, the last one shorter: 100,003 is prime) and many tiles times several chunks.
+COLUMN_SHAPES = [(1, 1), (7, 3), (31, 33), (257, 1), (4099, 5), (100, 65), (5, 1000), (20_011, 2), (100_003, 3),
+                 (3001, 70)]
 # A float32 sum of any order is within this fraction of sum(|x|) of the exact sum, for these sizes.
 SUM_RTOL_OF_ABS = 1e-5
 
@@ -274,11 +276,14 @@ def test_max_has_no_shared_memory_race():
 
 
 def device_column_mean_var(host: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """reduce.column_mean_var of `host` into poisoned outputs; both passes must have run."""
     cols = host.shape[1]
     x, mean, var = backend.asarray(host), checks.poison(cols), checks.poison(cols)
-    with checks.expect_launch("reduce.cu", "column_mean_var"):
-        launch_checked(f"reduce.column_mean_var(x of shape {host.shape}, mean, var)",
-                       lambda: reduce().column_mean_var(x, mean, var))
+    checks.reset_launches()
+    launch_checked(f"reduce.column_mean_var(x of shape {host.shape}, mean, var)",
+                   lambda: reduce().column_mean_var(x, mean, var))
+    checks.require_launch("reduce.cu", "column_partials")
+    checks.require_launch("reduce.cu", "column_mean_var")
     return checks.to_host(mean), checks.to_host(var)
 
 
@@ -304,7 +309,7 @@ def check_mean_var(host: np.ndarray, mean: np.ndarray, var: np.ndarray, what: st
 @COLUMNS
 @pytest.mark.parametrize("shape", COLUMN_SHAPES, ids=str)
 @pytest.mark.hint("mean and population variance of every column: threads past the last column must still reach "
-                  "every __syncthreads()")
+                  "every __syncthreads(), and the last chunk of rows may be shorter than the others")
 def test_column_mean_var_values(shape):
     r = checks.rng("columns", shape)
     host = (r.standard_normal(shape) * r.uniform(0.1, 10, shape[1]) + r.uniform(-5, 5, shape[1])).astype(np.float32)
@@ -345,10 +350,66 @@ def test_column_mean_var_has_no_shared_memory_race():
         pytest.skip("races are found by the emulator's check mode (grader check phase4 --device emu)")
     from minitorch import emu
 
-    host = checks.rng("cmv-race").standard_normal((999, 37)).astype(np.float32)
+    host = checks.rng("cmv-race").standard_normal((999, 37)).astype(np.float32)  # 2 tiles of columns
     with emu.check_mode():
         mean, var = device_column_mean_var(host)
     check_mean_var(host, mean, var, "column_mean_var under the emulator's check mode")
+
+
+# Kernels alone: (rows, cols, chunk_rows, blockDim.y of column_partials, blockDim.y of column_mean_var). A last
+# chunk of 1 row; more chunks than merging threads; chunks of 1 row (m2 = 0 each); a single chunk.
+CHUNKINGS = [(1001, 37, 100, 4, 2), (4099, 33, 64, 8, 32), (10, 3, 1, 1, 4), (777, 5, 777, 32, 32)]
+
+
+def chunk_statistics(host: np.ndarray, chunk_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """float64 (n_chunks, cols) means and sums of squared deviations of consecutive chunks of rows."""
+    x64 = host.astype(np.float64)
+    chunks = [x64[k:k + chunk_rows] for k in range(0, len(x64), chunk_rows)]
+    means = np.array([c.mean(axis=0) for c in chunks])
+    return means, np.array([((c - m) ** 2).sum(axis=0) for c, m in zip(chunks, means, strict=True)])
+
+
+def column_data(rows: int, cols: int, *salt: object) -> np.ndarray:
+    r = checks.rng("column-kernels", rows, cols, *salt)
+    return (r.standard_normal((rows, cols)) * r.uniform(0.1, 10, cols) + r.uniform(-50, 50, cols)).astype(np.float32)
+
+
+@pytest.mark.kernel("reduce.cu", "column_partials")
+@pytest.mark.parametrize("rows, cols, chunk_rows, partial_y, merge_y", CHUNKINGS, ids=str)
+@pytest.mark.hint("block (tile, k) covers rows k * chunk_rows .. min((k + 1) * chunk_rows, rows) - 1: the last chunk "
+                  "is shorter; divide by that chunk's own number of rows, and write slot k * cols + c")
+def test_column_partials_any_chunking_and_block(rows, cols, chunk_rows, partial_y, merge_y):
+    host = column_data(rows, cols)
+    n_chunks = (rows + chunk_rows - 1) // chunk_rows
+    chunk_mean, chunk_m2 = checks.poison((n_chunks, cols)), checks.poison((n_chunks, cols))
+    what = (f"column_partials of shape {(rows, cols)}, chunk_rows={chunk_rows} ({n_chunks} chunks), grid "
+            f"{((cols + 31) // 32, n_chunks)} x block {(32, partial_y)}")
+    launch_checked(what, lambda: kernels.load_kernel("reduce.cu", "column_partials")(
+        ((cols + 31) // 32, n_chunks), (32, partial_y),
+        (backend.asarray(host), chunk_mean, chunk_m2, np.int32(rows), np.int32(cols), np.int32(chunk_rows))))
+    exp_mean, exp_m2 = chunk_statistics(host, chunk_rows)
+    scale = float(np.abs(host).max())
+    checks.assert_close(chunk_mean, exp_mean, rtol=1e-5, atol=1e-6 * scale, what=f"{what}: chunk_mean")
+    checks.assert_close(chunk_m2, exp_m2, rtol=1e-4, atol=1e-6 * float(exp_m2.max()) + 1e-30,
+                        what=f"{what}: chunk_m2 (the sum of squared deviations from the chunk's mean)")
+
+
+@COLUMNS
+@pytest.mark.parametrize("rows, cols, chunk_rows, partial_y, merge_y", CHUNKINGS, ids=str)
+@pytest.mark.hint("merge chunk k with its own number of rows, min(chunk_rows, rows - k * chunk_rows); merging with "
+                  "statistics of n = 0 values (a thread with no chunk) changes nothing; var = m2 / rows")
+def test_column_mean_var_merges_any_chunking_and_block(rows, cols, chunk_rows, partial_y, merge_y):
+    host = column_data(rows, cols, "merge")
+    n_chunks = (rows + chunk_rows - 1) // chunk_rows
+    exp_mean, exp_m2 = chunk_statistics(host, chunk_rows)  # the partials, from float64: only pass 2 is graded here
+    chunk_mean, chunk_m2 = (backend.asarray(a.astype(np.float32)) for a in (exp_mean, exp_m2))
+    mean, var = checks.poison(cols), checks.poison(cols)
+    what = (f"column_mean_var merging {n_chunks} chunks of {chunk_rows} rows (shape {(rows, cols)}), grid "
+            f"{((cols + 31) // 32,)} x block {(32, merge_y)}")
+    launch_checked(what, lambda: kernels.load_kernel("reduce.cu", "column_mean_var")(
+        ((cols + 31) // 32,), (32, merge_y),
+        (chunk_mean, chunk_m2, mean, var, np.int32(rows), np.int32(cols), np.int32(chunk_rows), np.int32(n_chunks))))
+    check_mean_var(host, checks.to_host(mean), checks.to_host(var), what)
 
 
 # ---------------------------------------------------------------- argument checks
@@ -547,3 +608,25 @@ def test_sales_model_beats_the_mean_predictor():
         raise GradeError(f"test MAE of the saved model {mae:.3f} is {mae / baseline:.3f} x the mean predictor's "
                          f"{baseline:.3f}; less than {limit} x is needed (phase4.sales_mae_ratio in "
                          f"grader/thresholds.toml); evaluated on the {len(price_test):,} test sales")
+
+
+@pytest.mark.kernel("reduce.cu", "column_partials")
+@pytest.mark.perf
+@pytest.mark.parametrize("shape", [(1 << 20, 16), (1 << 18, 64)], ids=str)
+@pytest.mark.hint("split the rows into chunks so that a tall, narrow matrix still gives the GPU hundreds of blocks; "
+                  "one block per 32 columns leaves all but one multiprocessor idle")
+def test_perf_column_mean_var_tall_and_narrow(shape, record_property):
+    """Bytes of x read once per second, against a copy's bytes read + written (the two passes over a chunk
+    read it twice; the second read mostly hits L2). Tall and narrow: the shape of a feature matrix."""
+    if not checks.gpu_available():
+        pytest.skip("not measured (no GPU)")
+    import cupy
+
+    rows, cols = shape
+    x = cupy.random.RandomState(checks.seed()).standard_normal(shape, dtype=np.float32)
+    mean, var = cupy.empty(cols, np.float32), cupy.empty(cols, np.float32)
+    src, dst = cupy.empty(rows * cols, np.float32), cupy.empty(rows * cols, np.float32)
+    red = reduce()
+    checks.perf_ratio(f"column_mean_var {rows} x {cols}", lambda: red.column_mean_var(x, mean, var),
+                      lambda: cupy.copyto(dst, src), 4 * rows * cols, "phase4.column_mean_var", record_property,
+                      reference_name="cupy.copyto (bytes read + written)", reference_nbytes=8 * rows * cols)

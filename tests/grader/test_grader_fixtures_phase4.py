@@ -10,7 +10,6 @@ data directory (never the repository's).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.grader.test_grader_fixtures import _emu_available, replace_once, results
+from tests.grader.test_grader_fixtures import _emu_available, grade_workspace, replace_once, results
 
 REPO = Path(__file__).resolve().parents[2]
 SOLUTION = REPO / "solutions" / "phase4_reductions.ipynb"
@@ -37,32 +36,33 @@ TREE_STEP = """        if (tid < s) {
     }
     if (tid == 0) {"""
 SHARED_STORE = "    cache[tid] = thread_sum(x, n);\n    __syncthreads();\n    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {\n"
-TWO_PASS_VARIANCE = """    float mu = sum_over_rows(s, cache) / rows;
+TWO_PASS_VARIANCE = """    float mu = sum_over_rows(s, cache) / (last - first);
     float squares = 0.0f;
     if (active) {
-        for (int r = threadIdx.y; r < rows; r += blockDim.y) {
+        for (int r = first + threadIdx.y; r < last; r += blockDim.y) {
             float d = x[(long long)r * cols + c] - mu;
             squares += d * d;
         }
     }
     float m2 = sum_over_rows(squares, cache);
     if (active && threadIdx.y == 0) {
-        mean[c] = mu;
-        var[c] = m2 / rows;
+        chunk_mean[slot] = mu;
+        chunk_m2[slot] = m2;
     }"""
-# E[x^2] - E[x]^2, one pass, in float32: the textbook formula.
+# E[x^2] - E[x]^2, one pass over each chunk, in float32: the textbook formula (the merge of the chunks is left as
+# it is: each chunk's m2 is already wrong).
 NAIVE_VARIANCE = """    float sq = 0.0f;
     if (active) {
-        for (int r = threadIdx.y; r < rows; r += blockDim.y) {
+        for (int r = first + threadIdx.y; r < last; r += blockDim.y) {
             float v = x[(long long)r * cols + c];
             sq += v * v;
         }
     }
-    float mu = sum_over_rows(s, cache) / rows;
-    float ex2 = sum_over_rows(sq, cache) / rows;
+    float mu = sum_over_rows(s, cache) / (last - first);
+    float ex2 = sum_over_rows(sq, cache) / (last - first);
     if (active && threadIdx.y == 0) {
-        mean[c] = mu;
-        var[c] = ex2 - mu * mu;
+        chunk_mean[slot] = mu;
+        chunk_m2[slot] = (ex2 - mu * mu) * (last - first);
     }"""
 
 
@@ -76,21 +76,8 @@ def solution_sources() -> dict[str, str]:
 def grade(tmp_path: Path, files: dict[str, str], *args: str, timeout: float = 60, device: str = "emu",
           env_extra: dict[str, str] | None = None, expect_pass: bool = False) -> dict:
     """`grader check phase4` on a workspace holding `files`; it must reject it (exit 1) unless expect_pass."""
-    workspace = tmp_path / "workspace"
-    workspace.mkdir(exist_ok=True)
-    for name, text in files.items():
-        (workspace / name).write_text(text)
-    cmd = [sys.executable, "-m", "grader", "check", "phase4", "--device", device, "--workspace", str(workspace),
-           "--no-record", "--json", "--timeout", str(timeout), *args]
-    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "GRADER_PROGRESS": str(tmp_path / "progress.json"), "PYTHONPATH": pythonpath,
-           "GRADER_SKIP_GATES": "1", **(env_extra or {})}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=280)
-    report = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else None
-    expected = 0 if expect_pass else 1
-    assert proc.returncode == expected and report is not None, \
-        f"expected exit {expected}, got {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
-    return report
+    return grade_workspace(tmp_path, "phase4", files, *args, timeout=timeout, device=device, env_extra=env_extra,
+                           expect_pass=expect_pass)
 
 
 def checks_named(report: dict, prefix: str) -> list[dict]:
