@@ -189,21 +189,28 @@ SCRIPTS = {"phase1_transfer": "phase1_memory.py", "phase1_kernels": "phase1_memo
            "phase1_alloc": "phase1_memory.py"}
 
 
-def _placeholder(benchmark: str, what: str):
+def missing_figure(benchmark: str, what: str, script: str, where: str = "a GPU"):
+    """What a figure shows while no result of `benchmark` is committed: which script to run, and where."""
     fig, ax = plt.subplots(figsize=(7, 1.6))
     ax.axis("off")
     ax.text(0.5, 0.5,
             f"No committed measurement of {what} yet.\n"
-            f"Run benchmarks/{SCRIPTS[benchmark]} on a GPU; it writes "
-            f"benchmarks/results/{benchmark}-<device>.json.",
+            f"Run {script} on {where}; it writes benchmarks/results/{benchmark}-<device>.json.",
             ha="center", va="center", fontsize=10, color=VERMILLION)
     return fig
 
 
-def _missing_md(benchmark: str) -> str:
-    return (f"*No measurement is committed for this yet: run "
-            f"`python benchmarks/{SCRIPTS[benchmark]}` on a GPU and commit "
+def missing_md(benchmark: str, script: str, where: str = "a GPU") -> str:
+    return (f"*No measurement is committed for this yet: run `python {script}` on {where} and commit "
             f"`benchmarks/results/{benchmark}-<device>.json`.*")
+
+
+def _placeholder(benchmark: str, what: str):
+    return missing_figure(benchmark, what, f"benchmarks/{SCRIPTS[benchmark]}")
+
+
+def _missing_md(benchmark: str) -> str:
+    return missing_md(benchmark, f"benchmarks/{SCRIPTS[benchmark]}")
 
 
 # --------------------------------------------------------------------------------------

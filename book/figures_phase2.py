@@ -25,6 +25,8 @@ from figures import (
     glue_figure,
     glue_md,
     latest,
+    missing_figure,
+    missing_md,
 )
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import FixedLocator, NullLocator
@@ -33,16 +35,11 @@ SCRIPT = "benchmarks/phase2_kernels.py"
 
 
 def _placeholder(benchmark: str, what: str):
-    fig, ax = plt.subplots(figsize=(7, 1.6))
-    ax.axis("off")
-    ax.text(0.5, 0.5, f"No committed measurement of {what} yet.\nRun {SCRIPT} on a GPU; it writes "
-            f"benchmarks/results/{benchmark}-<device>.json.", ha="center", va="center", fontsize=10, color=VERMILLION)
-    return fig
+    return missing_figure(benchmark, what, SCRIPT)
 
 
 def _missing_md(benchmark: str) -> str:
-    return (f"*No measurement is committed for this yet: run `python {SCRIPT}` on a GPU and commit "
-            f"`benchmarks/results/{benchmark}-<device>.json`.*")
+    return missing_md(benchmark, SCRIPT)
 
 
 def _glue_missing(benchmark: str, what: str, fig_name: str, text_name: str, caption_name: str) -> None:

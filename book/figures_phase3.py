@@ -11,19 +11,27 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 import numpy as np
-from figures import BLUE, GREEN, GREY, ORANGE, PURPLE, VERMILLION, Results, _cell, glue_figure, glue_md, latest
+from figures import (
+    BLUE,
+    GREEN,
+    GREY,
+    ORANGE,
+    PURPLE,
+    VERMILLION,
+    Results,
+    _cell,
+    glue_figure,
+    glue_md,
+    latest,
+    missing_figure,
+)
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
 SCRIPT = "benchmarks/phase3_xor.py"
 
 
 def _placeholder(what: str):
-    fig, ax = plt.subplots(figsize=(7, 1.6))
-    ax.axis("off")
-    ax.text(0.5, 0.5, f"No committed measurement of {what} yet.\nRun {SCRIPT} (on a GPU, or --device emu); it "
-            "writes benchmarks/results/phase3_xor-<device>.json.", ha="center", va="center", fontsize=10,
-            color=VERMILLION)
-    return fig
+    return missing_figure("phase3_xor", what, SCRIPT, "a GPU (or with --device emu)")
 
 
 def _rows(res: Results, kind: str) -> dict[str, dict]:

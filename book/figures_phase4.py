@@ -30,6 +30,8 @@ from figures import (
     glue_figure,
     glue_md,
     latest,
+    missing_figure,
+    missing_md,
     results_dir,
 )
 
@@ -42,16 +44,11 @@ SCRIPTS = {"phase4_reductions": "benchmarks/phase4_reductions.py", "phase4_sales
 
 
 def _placeholder(benchmark: str, what: str, where: str = "a GPU"):
-    fig, ax = plt.subplots(figsize=(7, 1.6))
-    ax.axis("off")
-    ax.text(0.5, 0.5, f"No committed measurement of {what} yet.\nRun {SCRIPTS[benchmark]} on {where}; it writes "
-            f"benchmarks/results/{benchmark}-<device>.json.", ha="center", va="center", fontsize=10, color=VERMILLION)
-    return fig
+    return missing_figure(benchmark, what, SCRIPTS[benchmark], where)
 
 
 def _missing_md(benchmark: str, where: str = "a GPU") -> str:
-    return (f"*No measurement is committed for this yet: run `python {SCRIPTS[benchmark]}` on {where} and commit "
-            f"`benchmarks/results/{benchmark}-<device>.json`.*")
+    return missing_md(benchmark, SCRIPTS[benchmark], where)
 
 
 def thresholds() -> dict:

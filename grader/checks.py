@@ -214,6 +214,27 @@ def expect_launch(file: str, function: str) -> Iterator[None]:
     require_launch(file, function)
 
 
+def expect_error(what: str, fn: Callable[[], Any], error: type[Exception], *must_name: str) -> None:
+    """`fn` must raise `error` naming each of `must_name` (what was expected and what came), before
+    launching any kernel: a launcher checks its arguments first."""
+    from minitorch import kernels
+
+    reset_launches()
+    try:
+        fn()
+    except error as err:
+        missing = [s for s in must_name if s not in str(err)]
+        if missing:
+            raise GradeError(f"{what}: the {error.__name__} must name what was expected and what came "
+                             f"({', '.join(missing)} missing): {err}") from None
+    else:
+        raise GradeError(f"{what}: expected a {error.__name__} naming {', '.join(must_name)}, got no error")
+    launched = [f"{file}:{function}" for (file, function), n in kernels.launch_counts().items() if n]
+    if launched:
+        raise GradeError(f"{what}: a kernel ({launched[0]}) was launched before the {error.__name__}: "
+                         f"check the arguments first")
+
+
 # ---------------------------------------------------------------- thresholds
 
 

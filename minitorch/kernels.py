@@ -369,6 +369,12 @@ def launch_count(filename: str, function: str) -> int:
     return _launches.get((filename, function), 0)
 
 
+def launch_counts() -> dict[tuple[str, str], int]:
+    """``{(file, function): launches}`` since the last reset."""
+    with _lock:
+        return dict(_launches)
+
+
 def reset_launch_counts() -> None:
     with _lock:
         _launches.clear()

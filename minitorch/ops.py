@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import numbers
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -109,28 +109,28 @@ def _launch(device: str, filename: str, function: str, *args: Any) -> None:
 # ---------------------------------------------------------------- Phase 2: elementwise, transpose, matmul
 
 
-def add(a: Tensor, b: Tensor) -> Tensor:
-    """a + b, elementwise (same shape)."""
-    device, dtype = _check_tensors("add", a=a, b=b)
-    _same_shape("add", "a", a, "b", b)
+def _binary(op: str, filename: str, names: tuple[str, str], a: Tensor, b: Tensor,
+            reference: Callable[[np.ndarray, np.ndarray, np.dtype], np.ndarray]) -> Tensor:
+    """An elementwise op of two tensors of one shape: `reference` on cpu, the launcher `op` of `filename`
+    (called as op(a, b, out)) elsewhere."""
+    device, dtype = _check_tensors(op, **{names[0]: a, names[1]: b})
+    _same_shape(op, names[0], a, names[1], b)
     if device == "cpu":
-        return _cpu(a.data + b.data, dtype)
+        return _cpu(reference(a.data, b.data, dtype), dtype)
     out = _empty(device, a.shape)
     if a.size:
-        _launch(device, "elementwise.py", "add", a.data, b.data, out)
+        _launch(device, filename, op, a.data, b.data, out)
     return Tensor(out, device)
+
+
+def add(a: Tensor, b: Tensor) -> Tensor:
+    """a + b, elementwise (same shape)."""
+    return _binary("add", "elementwise.py", ("a", "b"), a, b, lambda x, y, _: x + y)
 
 
 def mul(a: Tensor, b: Tensor) -> Tensor:
     """a * b, elementwise (same shape)."""
-    device, dtype = _check_tensors("mul", a=a, b=b)
-    _same_shape("mul", "a", a, "b", b)
-    if device == "cpu":
-        return _cpu(a.data * b.data, dtype)
-    out = _empty(device, a.shape)
-    if a.size:
-        _launch(device, "elementwise.py", "mul", a.data, b.data, out)
-    return Tensor(out, device)
+    return _binary("mul", "elementwise.py", ("a", "b"), a, b, lambda x, y, _: x * y)
 
 
 def scalar_mul(a: Tensor, s: float) -> Tensor:
@@ -221,26 +221,14 @@ def sigmoid(x: Tensor) -> Tensor:
 
 def sigmoid_backward(y: Tensor, grad_out: Tensor) -> Tensor:
     """grad_out * y * (1 - y), where y = sigmoid(x) is the forward output."""
-    device, dtype = _check_tensors("sigmoid_backward", y=y, grad_out=grad_out)
-    _same_shape("sigmoid_backward", "y", y, "grad_out", grad_out)
-    if device == "cpu":
-        return _cpu(grad_out.data * y.data * (1 - y.data), dtype)
-    out = _empty(device, y.shape)
-    if y.size:
-        _launch(device, "backward.py", "sigmoid_backward", y.data, grad_out.data, out)
-    return Tensor(out, device)
+    return _binary("sigmoid_backward", "backward.py", ("y", "grad_out"), y, grad_out,
+                   lambda y_, g, _: g * y_ * (1 - y_))
 
 
 def relu_backward(x: Tensor, grad_out: Tensor) -> Tensor:
     """grad_out where x > 0, else 0; x is the forward input."""
-    device, dtype = _check_tensors("relu_backward", x=x, grad_out=grad_out)
-    _same_shape("relu_backward", "x", x, "grad_out", grad_out)
-    if device == "cpu":
-        return _cpu(np.where(x.data > 0, grad_out.data, dtype.type(0)), dtype)
-    out = _empty(device, x.shape)
-    if x.size:
-        _launch(device, "backward.py", "relu_backward", x.data, grad_out.data, out)
-    return Tensor(out, device)
+    return _binary("relu_backward", "backward.py", ("x", "grad_out"), x, grad_out,
+                   lambda x_, g, dtype: np.where(x_ > 0, g, dtype.type(0)))
 
 
 def bias_grad(grad_out: Tensor) -> Tensor:

@@ -20,7 +20,6 @@ from minitorch import backend, kernels, nn, ops
 
 ADD_BIAS = pytest.mark.kernel("forward.cu", "add_bias")
 SIGMOID = pytest.mark.kernel("forward.cu", "sigmoid")
-FORWARD_KERNELS = (("forward.cu", "add_bias"), ("forward.cu", "sigmoid"))
 
 BIAS_SHAPES = [(1, 1), (1, 7), (7, 1), (31, 33), (257, 3), (3, 4099), (1000, 257)]
 
@@ -76,16 +75,13 @@ def test_add_bias_empty(shape):
 def test_add_bias_rejects_bad_arguments():
     x, out = backend.zeros((4, 3)), backend.zeros((4, 3))
     expect_error("add_bias with a bias of 4 values for 3 columns",
-                 lambda: forward().add_bias(x, backend.zeros(4), out), ValueError, "(3,)", "(4,)", files=FORWARD_KERNELS)
+                 lambda: forward().add_bias(x, backend.zeros(4), out), ValueError, "(3,)", "(4,)")
     expect_error("add_bias with out of shape (3, 4)",
-                 lambda: forward().add_bias(x, backend.zeros(3), backend.zeros((3, 4))), ValueError, "(3, 4)",
-                 files=FORWARD_KERNELS)
+                 lambda: forward().add_bias(x, backend.zeros(3), backend.zeros((3, 4))), ValueError, "(3, 4)")
     expect_error("add_bias with a 1-D x", lambda: forward().add_bias(backend.zeros(12), backend.zeros(3),
-                                                                     backend.zeros(12)), ValueError, "(12,)",
-                 files=FORWARD_KERNELS)
+                                                                     backend.zeros(12)), ValueError, "(12,)")
     expect_error("add_bias with a float64 bias",
-                 lambda: forward().add_bias(x, backend.zeros(3, np.float64), out), TypeError, "float64",
-                 files=FORWARD_KERNELS)
+                 lambda: forward().add_bias(x, backend.zeros(3, np.float64), out), TypeError, "float64")
 
 
 # ---------------------------------------------------------------- sigmoid
@@ -138,11 +134,9 @@ def test_sigmoid_empty():
 @pytest.mark.hint("keep the argument checks of forward.py: they run before any launch")
 def test_sigmoid_rejects_bad_arguments():
     expect_error("sigmoid with out of another shape",
-                 lambda: forward().sigmoid(backend.zeros((3, 4)), backend.zeros((4, 3))), ValueError, "(4, 3)",
-                 files=FORWARD_KERNELS)
+                 lambda: forward().sigmoid(backend.zeros((3, 4)), backend.zeros((4, 3))), ValueError, "(4, 3)")
     expect_error("sigmoid of a float64 array",
-                 lambda: forward().sigmoid(backend.zeros(5, np.float64), backend.zeros(5)), TypeError, "float64",
-                 files=FORWARD_KERNELS)
+                 lambda: forward().sigmoid(backend.zeros(5, np.float64), backend.zeros(5)), TypeError, "float64")
 
 
 # ---------------------------------------------------------------- layers on your kernels

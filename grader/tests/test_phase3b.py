@@ -28,8 +28,6 @@ BIAS_GRAD = pytest.mark.kernel("backward.cu", "bias_grad")
 MSE_LOSS = pytest.mark.kernel("backward.cu", "mse_loss")
 MSE_BACKWARD = pytest.mark.kernel("backward.cu", "mse_backward")
 SGD = pytest.mark.kernel("sgd.cu", "sgd_momentum")
-BACKWARD_KERNELS = tuple(("backward.cu", k) for k in
-                         ("sigmoid_backward", "relu_backward", "bias_grad", "mse_loss", "mse_backward"))
 
 
 def backward():
@@ -203,17 +201,16 @@ def test_mse_backward_values(n):
 def test_backward_launchers_reject_bad_arguments():
     a, b = backend.zeros((4, 3)), backend.zeros((3, 4))
     expect_error("sigmoid_backward with grad_out of another shape",
-                 lambda: backward().sigmoid_backward(a, b, backend.zeros((4, 3))), ValueError, "(3, 4)",
-                 files=BACKWARD_KERNELS)
+                 lambda: backward().sigmoid_backward(a, b, backend.zeros((4, 3))), ValueError, "(3, 4)")
     expect_error("relu_backward with a float64 x",
                  lambda: backward().relu_backward(backend.zeros((4, 3), np.float64), a, backend.zeros((4, 3))),
-                 TypeError, "float64", files=BACKWARD_KERNELS)
+                 TypeError, "float64")
     expect_error("bias_grad with grad_bias of 4 values for 3 columns",
-                 lambda: backward().bias_grad(a, backend.zeros(4)), ValueError, "(4,)", files=BACKWARD_KERNELS)
+                 lambda: backward().bias_grad(a, backend.zeros(4)), ValueError, "(4,)")
     expect_error("mse_loss with target of another shape",
-                 lambda: backward().mse_loss(a, b, backend.zeros(1)), ValueError, "(3, 4)", files=BACKWARD_KERNELS)
+                 lambda: backward().mse_loss(a, b, backend.zeros(1)), ValueError, "(3, 4)")
     expect_error("mse_loss with a loss of 2 elements",
-                 lambda: backward().mse_loss(a, a, backend.zeros(2)), ValueError, "(2,)", files=BACKWARD_KERNELS)
+                 lambda: backward().mse_loss(a, a, backend.zeros(2)), ValueError, "(2,)")
 
 
 # ---------------------------------------------------------------- SGD with momentum
@@ -259,11 +256,10 @@ def test_optimizer_steps_on_your_kernel():
 def test_sgd_rejects_bad_arguments():
     p = backend.zeros(5)
     expect_error("sgd_momentum with a grad of another shape",
-                 lambda: sgd().sgd_momentum(p, backend.zeros(4), backend.zeros(5), 0.1, 0.9), ValueError, "(4,)",
-                 files=(("sgd.cu", "sgd_momentum"),))
+                 lambda: sgd().sgd_momentum(p, backend.zeros(4), backend.zeros(5), 0.1, 0.9), ValueError, "(4,)")
     expect_error("sgd_momentum with a float64 velocity",
                  lambda: sgd().sgd_momentum(p, backend.zeros(5), backend.zeros(5, np.float64), 0.1, 0.9), TypeError,
-                 "float64", files=(("sgd.cu", "sgd_momentum"),))
+                 "float64")
 
 
 # ---------------------------------------------------------------- the tape: topological order

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -107,3 +109,37 @@ def test_rendered_report_shows_table_details_and_verdict():
     assert "Details" in text and "- test_1 [FAIL]" in text
     assert text.rstrip().endswith("phase1: NOT PASSED") and "seed 7" in text
     assert '"passed": false' in r.to_json()
+
+
+def _launcher(launch_first: bool):
+    """A launcher that checks its argument, launching the emulator's fill first when told to (the bug)."""
+    from minitorch import emu, kernels
+
+    kernel = kernels.Kernel("memory.cu", "fill", emu.RawModule(code=(
+        'extern "C" __global__ void fill(float* out, float v, long long n) '
+        "{ if (threadIdx.x < n) out[threadIdx.x] = v; }")).get_function("fill"), None)
+
+    def launch(n: int) -> None:
+        if launch_first:
+            kernel((1,), (4,), (emu.zeros(4, np.float32), np.float32(1), np.int64(4)))
+        if n != 4:
+            raise ValueError(f"fill expects 4 elements, got {n}")
+    return launch
+
+
+def test_expect_error_passes_a_clear_error_raised_before_any_launch():
+    checks.expect_error("fill of 3", lambda: _launcher(False)(3), ValueError, "4", "3")
+
+
+@pytest.mark.parametrize("fn, why", [
+    (lambda: _launcher(False)(3), "must name what was expected and what came (7 missing)"),
+    (lambda: _launcher(False)(4), "expected a ValueError naming 7, got no error"),
+])
+def test_expect_error_rejects_a_vague_or_missing_error(fn, why):
+    with pytest.raises(checks.GradeError, match=re.escape(why)):
+        checks.expect_error("fill", fn, ValueError, "7")
+
+
+def test_expect_error_rejects_a_launch_before_the_error():
+    with pytest.raises(checks.GradeError, match=r"a kernel \(memory.cu:fill\) was launched before the ValueError"):
+        checks.expect_error("fill of 3", lambda: _launcher(True)(3), ValueError, "4", "3")
