@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -67,6 +68,26 @@ class enable_grad(_GradMode):  # noqa: N801
     """Turn recording back on inside a ``no_grad`` block."""
 
     enabled = True
+
+
+# ---------------------------------------------------------------- gradients whose value the host knows
+
+# ``loss.backward()`` starts from a gradient of ones that the host made: a Function whose kernel takes
+# the upstream gradient as a float (MSELoss) reads it from here instead of copying it back from the
+# device, which would wait for the GPU on every step and cannot be captured into a graph.
+_host_values: weakref.WeakKeyDictionary[Tensor, float] = weakref.WeakKeyDictionary()
+
+
+def mark_host_value(t: Tensor, value: float) -> Tensor:
+    """Remember that every element of ``t`` equals ``value`` (set by whoever filled it)."""
+    _host_values[t] = value
+    return t
+
+
+def host_scalar(t: Tensor) -> float:
+    """The value of a single-element tensor: known on the host, else one 4-byte copy from the device."""
+    known = _host_values.get(t)
+    return known if known is not None else t.item()
 
 
 # ---------------------------------------------------------------- Context and Function
@@ -312,8 +333,9 @@ class MSELoss(Function):
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         pred, target = ctx.saved_tensors
-        # The kernel takes the upstream gradient as a float: one 4-byte copy to the host.
-        g_pred = ops.mse_backward(pred, target, grad.item())
+        # The kernel takes the upstream gradient as a float: known on the host for loss.backward()'s
+        # seed, else one 4-byte copy from the device.
+        g_pred = ops.mse_backward(pred, target, host_scalar(grad))
         return (g_pred if ctx.needs_input_grad[0] else None,
                 ops.scalar_mul(g_pred, -1.0) if ctx.needs_input_grad[1] else None)
 

@@ -71,6 +71,14 @@ class Backend:
         """A one-line description for progress records and benchmark files."""
         return self.name
 
+    def begin_capture(self) -> None:
+        """Start recording device work into a graph instead of running it (see minitorch.graph)."""
+        raise DeviceError(f"the '{self.name}' device has no graphs: capture on 'cuda' or 'emu'")
+
+    def end_capture(self) -> Any:
+        """Stop recording; returns an object whose ``launch()`` runs the recorded work."""
+        raise DeviceError(f"the '{self.name}' device has no graphs: capture on 'cuda' or 'emu'")
+
 
 class CudaBackend(Backend):
     name = "cuda"
@@ -107,6 +115,30 @@ class CudaBackend(Backend):
         props = self.cupy.cuda.runtime.getDeviceProperties(self.cupy.cuda.Device().id)
         name = props["name"]
         return "cuda: " + (name.decode() if isinstance(name, bytes) else str(name))
+
+    def begin_capture(self) -> None:
+        # Capture needs a stream of its own (never the legacy default stream). Relaxed mode lets the
+        # memory pool call cudaMalloc while capturing: allocations then happen at once, outside the graph.
+        runtime = self.cupy.cuda.runtime
+        self.synchronize()
+        stream = self.cupy.cuda.Stream(non_blocking=True)
+        stream.__enter__()
+        try:
+            stream.begin_capture(mode=getattr(runtime, "streamCaptureModeRelaxed", 2))
+        except BaseException:
+            stream.__exit__(None, None, None)
+            raise
+        self._capture_stream = stream
+
+    def end_capture(self) -> Any:
+        stream = self._capture_stream
+        self._capture_stream = None
+        try:
+            graph = stream.end_capture()
+        finally:
+            stream.__exit__(None, None, None)
+        graph._minitorch_stream = stream  # a freed block of this stream's pool must never be reused
+        return graph
 
 
 class EmuBackend(Backend):
@@ -145,6 +177,12 @@ class EmuBackend(Backend):
 
     def describe(self) -> str:
         return "emu: CUDA C emulator on the CPU"
+
+    def begin_capture(self) -> None:
+        self.emu.begin_capture()
+
+    def end_capture(self) -> Any:
+        return self.emu.end_capture()
 
 
 class CpuBackend(Backend):

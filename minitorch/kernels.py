@@ -14,6 +14,7 @@ result computed by the learner's kernel from one computed some other way.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -22,8 +23,8 @@ import sys
 import tempfile
 import threading
 import types
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +87,22 @@ class KernelLaunchError(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 # Workspace
 
+_workspace: tuple[str | None, Path] | None = None  # (MINITORCH_WORKSPACE as last read, resolved path)
+_paths: dict[tuple[Path, str], str] = {}
+
+
 def workspace_dir() -> Path:
-    """``MINITORCH_WORKSPACE`` if set, else ``minitorch/csrc`` inside the package."""
+    """``MINITORCH_WORKSPACE`` if set, else ``minitorch/csrc`` inside the package.
+
+    Resolved once per value of the variable: a ``Path.resolve()`` on every launch cost more than the
+    launch itself.
+    """
+    global _workspace
     env = os.environ.get("MINITORCH_WORKSPACE")
-    return Path(env).expanduser().resolve() if env else PACKAGE_DIR / "csrc"
+    cached = _workspace
+    if cached is None or cached[0] != env:
+        cached = _workspace = (env, Path(env).expanduser().resolve() if env else PACKAGE_DIR / "csrc")
+    return cached[1]
 
 
 def _check_filename(filename: str) -> str:
@@ -100,8 +113,17 @@ def _check_filename(filename: str) -> str:
     return filename
 
 
+def _path_str(filename: str) -> str:
+    """The learner file's path as a string, checked and joined once per workspace."""
+    key = (workspace_dir(), filename)
+    path = _paths.get(key)
+    if path is None:
+        path = _paths[key] = str(key[0] / _check_filename(filename))
+    return path
+
+
 def source_path(filename: str) -> Path:
-    return workspace_dir() / _check_filename(filename)
+    return Path(_path_str(filename))
 
 
 def _not_written(filename: str) -> KernelNotWrittenError:
@@ -251,8 +273,51 @@ def compile_module(filename: str, source: str, options: Sequence[str] = (),
     return module
 
 
+@dataclass
+class Launch:
+    """One recorded launch: the kernel and exactly what it was given."""
+
+    kernel: Kernel
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    args: tuple[Any, ...]
+    shared_mem: int = 0
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def replay(self, substitute: dict[int, Any] | None = None) -> None:
+        """Launch again; ``substitute`` maps ``id(original argument)`` to the argument to pass instead
+        (e.g. a fresh, poisoned output array)."""
+        args = self.args if not substitute else tuple(substitute.get(id(a), a) for a in self.args)
+        self.kernel(self.grid, self.block, args, shared_mem=self.shared_mem, **self.options)
+
+
+_recordings: list[list[Launch]] = []
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[list[Launch]]:
+    """Record every launch made inside the block, in order (the launches still run)::
+
+        with kernels.recording() as launches:
+            launcher(a, b, out)
+        for launch in launches:
+            launch.replay({id(out): fresh})
+    """
+    launches: list[Launch] = []
+    _recordings.append(launches)
+    try:
+        yield launches
+    finally:
+        _recordings.remove(launches)
+
+
 class Kernel:
-    """A learner's kernel, called exactly like a CuPy RawKernel: ``k(grid, block, args, shared_mem=0)``."""
+    """A learner's kernel, called exactly like a CuPy RawKernel: ``k(grid, block, args, shared_mem=0)``.
+
+    What a launch buys (argument checks, the launch count, the crash trace) is paid once where it can
+    be: arguments are checked once per combination of argument types, the count is a dictionary
+    increment, and the trace is written only when the grader asks for one.
+    """
 
     def __init__(self, filename: str, function: str, raw: Any, params: list[str] | None) -> None:
         self.filename = filename
@@ -260,23 +325,36 @@ class Kernel:
         self.params = params
         self._kinds = [_param_base_type(p) for p in params] if params is not None else None
         self._raw = raw
+        self._key = (filename, function)
+        self._checked: set[tuple[type, ...]] = set()
+        # The emulator checks arguments against the compiled types itself; CuPy does not.
+        self._check = not backend.get_backend().checks_kernel_args
 
     def __repr__(self) -> str:
         return f"<Kernel {self.function} from {self.filename}>"
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int = 0, **kwargs: Any) -> None:
         args = tuple(args)
-        if not backend.get_backend().checks_kernel_args:
-            check_args(self.filename, self.function, self.params, args, self._kinds)
-        trace = os.environ.get("MINITORCH_LAUNCH_TRACE")
+        if self._check:
+            types_ = tuple(map(type, args))
+            if types_ not in self._checked:
+                check_args(self.filename, self.function, self.params, args, self._kinds)
+                self._checked.add(types_)
+        grid, block = _as_dims(grid), _as_dims(block)
+        environ = os.environ
+        trace = environ.get("MINITORCH_LAUNCH_TRACE")
         if trace:  # the grader reads this to name the kernel that was running when a test hung or crashed
             _trace_launch(trace, f"{self.filename}:{self.function} grid={grid} block={block}\n")
+        key = self._key
         with _lock:
-            key = (self.filename, self.function)
             _launches[key] = _launches.get(key, 0) + 1
+        if _recordings:
+            launch = Launch(self, grid, block, args, shared_mem, kwargs)
+            for launches in _recordings:
+                launches.append(launch)
         try:
-            self._raw(_as_dims(grid), _as_dims(block), args, shared_mem=shared_mem, **kwargs)
-            if os.environ.get("MINITORCH_SYNC_LAUNCHES") == "1":
+            self._raw(grid, block, args, shared_mem=shared_mem, **kwargs)
+            if environ.get("MINITORCH_SYNC_LAUNCHES") == "1":
                 backend.synchronize()  # surfaces asynchronous faults here, attributed to this kernel
         except (TypeError, ValueError):
             raise
@@ -316,17 +394,20 @@ def _trace_launch(path: str, line: str) -> None:
 
 
 def _as_dims(dims: Any) -> tuple[int, ...]:
+    if type(dims) is tuple and all(type(d) is int for d in dims):
+        return dims
     if isinstance(dims, (int, np.integer)):
         return (int(dims),)
     return tuple(int(d) for d in dims)
 
 
-def _stamp(filename: str) -> tuple[Path, tuple[int, int, int]]:
-    """The file's path and (mtime, size, inode): cheap to read on every launch, and every
+def _stamp(filename: str) -> tuple[str, tuple[int, int, int]]:
+    """The file's path and (mtime, size, inode): one ``os.stat`` (about a microsecond), so a file
+    rewritten by a cell, an editor or another process is picked up at the next launch; every
     ``write_source`` changes it (the atomic rename gives a new inode)."""
-    path = source_path(filename)
+    path = _path_str(filename)
     try:
-        st = path.stat()
+        st = os.stat(path)
     except FileNotFoundError:
         raise _not_written(filename) from None
     return path, (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -342,7 +423,7 @@ def load_kernel(filename: str, function: str, options: Sequence[str] = (),
     Cheap enough to call before every launch: the compiled kernel is reused until the file changes.
     """
     path, stamp = _stamp(filename)
-    key = (str(path), function, backend.get_device(), tuple(options), tuple(name_expressions or ()))
+    key = (path, function, backend.get_device(), tuple(options), tuple(name_expressions) if name_expressions else ())
     cached = _kernels.get(key)
     if cached is not None and cached[0] == stamp:
         return cached[1]
@@ -391,7 +472,7 @@ def load_module(filename: str) -> types.ModuleType:
     if not filename.endswith(".py"):
         raise ValueError(f"expected a Python file name such as 'memory.py', got {filename!r}")
     path, stamp = _stamp(filename)
-    cached = _py_modules.get(str(path))
+    cached = _py_modules.get(path)
     if cached and cached[0] == stamp:
         return cached[1]
     name = f"minitorch.workspace.{Path(filename).stem}"
@@ -404,7 +485,7 @@ def load_module(filename: str) -> types.ModuleType:
     except BaseException:
         sys.modules.pop(name, None)
         raise
-    _py_modules[str(path)] = (stamp, module)
+    _py_modules[path] = (stamp, module)
     return module
 
 

@@ -35,7 +35,13 @@ class SGD:
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or not ok(value):
                 raise ValueError(f"SGD: {name} must be a number {'> 0' if name == 'lr' else 'in [0, 1)'}, got {value!r}")
         self.lr, self.momentum = float(lr), float(momentum)
-        self.velocity: dict[int, Tensor] = {}  # one buffer per parameter, made at its first step
+        # One zeroed buffer per parameter, made now rather than at the first step: a step captured
+        # into a graph (minitorch.graph) must not zero its own state on every replay.
+        self.velocity: dict[int, Tensor] = {id(p): self._zeros_like(p) for p in self.params}
+
+    @staticmethod
+    def _zeros_like(p: Tensor) -> Tensor:
+        return Tensor(backend.get_backend(p.device).zeros(p.shape, p.dtype), p.device)
 
     def zero_grad(self) -> None:
         for p in self.params:
@@ -46,6 +52,6 @@ class SGD:
             if p.grad is None:
                 continue
             v = self.velocity.get(id(p))
-            if v is None or v.device != p.device:
-                v = self.velocity[id(p)] = Tensor(backend.get_backend(p.device).zeros(p.shape, p.dtype), p.device)
+            if v is None or v.device != p.device:  # the model moved to another device since
+                v = self.velocity[id(p)] = self._zeros_like(p)
             ops.sgd_momentum_(p, p.grad, v, self.lr, self.momentum)

@@ -15,6 +15,7 @@ precision in which gradients are checked by finite differences.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -100,19 +101,19 @@ class Tensor:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(self._data.shape)
+        return self._data.shape  # a tuple already, on every backend
 
     @property
     def ndim(self) -> int:
-        return len(self.shape)
+        return len(self._data.shape)
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self._data.shape)
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(self._data.dtype)
+        return self._data.dtype  # a numpy.dtype on every backend
 
     @property
     def nbytes(self) -> int:
@@ -176,7 +177,9 @@ class Tensor:
             if self.size != 1:
                 raise RuntimeError(f"backward() without a gradient needs a single-element tensor (a loss); this "
                                    f"one has shape {self.shape}: pass grad=, a tensor of shape {self.shape}")
-            grad = ones(self.shape, self._device, dtype=self.dtype)
+            from minitorch.autograd import mark_host_value
+
+            grad = mark_host_value(ones(self.shape, self._device, dtype=self.dtype), 1.0)
         elif not isinstance(grad, Tensor):
             raise TypeError(f"backward(grad=...) takes a Tensor, got {type(grad).__name__}")
         elif grad.shape != self.shape or grad.device != self._device or grad.dtype != self.dtype:
@@ -231,6 +234,38 @@ class Tensor:
 
             with on_device(self._device):
                 kernels.load_module("memory.py").fill(self._data, float(value))
+        return self
+
+    def copy_from(self, host: np.ndarray) -> Tensor:
+        """Copy a host array of this tensor's shape and dtype into this tensor, in place (host to device).
+
+        The way to give a captured graph (:mod:`minitorch.graph`) new inputs between replays.
+        """
+        host = np.asarray(host)
+        if host.shape != self.shape or host.dtype != self.dtype:
+            raise ValueError(f"copy_from: expected a {self.dtype} array of shape {self.shape}, "
+                             f"got {host.dtype} {host.shape}")
+        if self._device == "cpu":
+            np.copyto(self._data, host)
+        else:
+            self._data.set(np.ascontiguousarray(host))
+        return self
+
+    def copy_(self, src: Tensor) -> Tensor:
+        """Copy ``src`` (same shape, dtype and device) into this tensor, in place (the learner's ``copy``
+        kernel); device to device, so a captured graph may do it."""
+        if not isinstance(src, Tensor):
+            raise TypeError(f"copy_ takes a Tensor, got {type(src).__name__}")
+        if src.shape != self.shape or src.dtype != self.dtype or src.device != self._device:
+            raise ValueError(f"copy_: expected a {self.dtype} tensor of shape {self.shape} on {self._device!r}, "
+                             f"got {src.dtype} {src.shape} on {src.device!r}")
+        if self._device == "cpu":
+            np.copyto(self._data, src._data)
+        elif self.size:
+            from minitorch.ops import on_device
+
+            with on_device(self._device):
+                kernels.load_module("memory.py").copy(src._data, self._data)
         return self
 
     def clone(self) -> Tensor:

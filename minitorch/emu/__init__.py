@@ -27,7 +27,8 @@ Public API (as CuPy's, so the same lab code runs on both):
   int or a tuple of 1 to 3 ints. ``kernel.max_dynamic_shared_size_bytes`` opts in to more than
   48 KB of shared memory (up to 227 KB).
 - ``asarray``, ``asnumpy``, ``empty``, ``zeros``, ``synchronize`` (a no-op: launches are
-  synchronous), ``DeviceArray`` (``shape dtype size nbytes ndim get() set() copy() reshape()``;
+  synchronous), ``begin_capture()`` / ``end_capture() -> Graph`` / ``Graph.launch()`` (graph
+  capture as CuPy's ``Stream.begin_capture``: work is recorded, then replayed), ``DeviceArray`` (``shape dtype size nbytes ndim get() set() copy() reshape()``;
   ``numpy.asarray(device_array)`` raises ``TypeError``, as with CuPy).
 - Errors: ``CompileError`` (compiler output with the learner's file name and line numbers;
   unsupported features such as inline PTX ``asm``, ``wmma``, ``cp.async``, grid-wide cooperative
@@ -93,6 +94,7 @@ from typing import Any
 import numpy as np
 
 from .compiler import CompileError
+from .graph import Graph, begin_capture, end_capture, is_capturing
 from .config import check_mode, set_arg_mode, time_limit
 from .config import schedule_order as schedule
 from .config import worker_count as workers
@@ -101,10 +103,10 @@ from .launch import Kernel, RawModule
 from .memory import DeviceArray, asarray, asnumpy, empty, zeros
 
 __all__ = [
-    "ArgumentWarning", "BarrierWarning", "CompileError", "DeviceArray", "EmuWarning", "Kernel", "KernelFault",
-    "LaunchError", "RawKernel", "RawModule", "ScheduleMismatch", "asarray", "asnumpy", "check_mode", "empty",
-    "fuzz_schedules", "get_arg_mode", "is_device_array", "schedule", "set_arg_mode", "synchronize", "time_limit",
-    "workers", "zeros",
+    "ArgumentWarning", "BarrierWarning", "CompileError", "DeviceArray", "EmuWarning", "Graph", "Kernel",
+    "KernelFault", "LaunchError", "RawKernel", "RawModule", "ScheduleMismatch", "asarray", "asnumpy",
+    "begin_capture", "check_mode", "empty", "end_capture", "fuzz_schedules", "get_arg_mode", "is_capturing",
+    "is_device_array", "schedule", "set_arg_mode", "synchronize", "time_limit", "workers", "zeros",
 ]
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from . import compiler, config, rt
+from . import compiler, config, graph, rt
 from .errors import ArgumentWarning, BarrierWarning, KernelFault, LaunchError
 from .memory import DeviceArray, find_buffer
 
@@ -434,6 +434,8 @@ class Kernel:
         if enable_cooperative_groups:
             raise LaunchError("cooperative launches are not supported by the emulator: this kernel needs an "
                               "NVIDIA GPU (or Google Colab)")
+        if graph.record(lambda: self(grid, block, args, shared_mem)):  # a graph is being captured
+            return
         g = _dims(grid, "grid")
         b = _dims(block, "block")
         self._validate(g, b, int(shared_mem))

@@ -10,6 +10,7 @@ each launch. Copies in and out are explicit, like host-to-device and device-to-h
 from __future__ import annotations
 
 import ctypes
+import math
 import threading
 import weakref
 from collections.abc import Sequence
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from . import rt
+from . import graph, rt
 
 ALIGN = 16
 CANARY = 0xA5
@@ -130,7 +131,7 @@ class DeviceArray:
             raise ValueError(f"negative dimensions are not allowed: {shape_t}")
         self._shape = shape_t
         self._dtype = np.dtype(dtype)
-        n = int(np.prod(shape_t, dtype=np.int64)) * self._dtype.itemsize
+        n = math.prod(shape_t) * self._dtype.itemsize
         self._buf = _buffer if _buffer is not None else _Buffer(n)
         self._offset = _offset
 
@@ -145,7 +146,7 @@ class DeviceArray:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self._shape, dtype=np.int64))
+        return math.prod(self._shape)
 
     @property
     def nbytes(self) -> int:
@@ -189,6 +190,7 @@ class DeviceArray:
     # --- copies --------------------------------------------------------------------------------
     def get(self) -> np.ndarray:
         """Copy to a new NumPy array (device to host)."""
+        graph.refuse_during_capture("a device-to-host copy")
         out = np.empty(self._shape, dtype=self._dtype)
         if self.nbytes:
             ctypes.memmove(out.ctypes.data, self.ptr, self.nbytes)
@@ -196,6 +198,7 @@ class DeviceArray:
 
     def set(self, arr: Any) -> None:
         """Copy a NumPy array of the same shape and dtype into this array (host to device)."""
+        graph.refuse_during_capture("a host-to-device copy")
         a = np.asarray(arr)
         if a.shape != self._shape:
             raise ValueError(f"shape mismatch: the device array has shape {self._shape}, the host array {a.shape}")
@@ -208,7 +211,7 @@ class DeviceArray:
 
     def copy(self) -> DeviceArray:
         out = DeviceArray(self._shape, self._dtype)
-        if self.nbytes:
+        if self.nbytes and not graph.record(lambda: ctypes.memmove(out.ptr, self.ptr, self.nbytes)):
             ctypes.memmove(out.ptr, self.ptr, self.nbytes)
         return out
 
@@ -239,6 +242,8 @@ class DeviceArray:
         return DeviceArray(shape, dt, _buffer=self._buf, _offset=self._offset)
 
     def fill(self, value: Any) -> None:
+        if graph.record(lambda: self.fill(value)):
+            return
         self.set(np.full(self._shape, value, dtype=self._dtype))
 
     def astype(self, dtype: Any) -> DeviceArray:
@@ -281,6 +286,7 @@ def asarray(a: Any, dtype: Any = None) -> DeviceArray:
     """Copy a NumPy array (or anything np.asarray accepts) to the device; device arrays pass through."""
     if isinstance(a, DeviceArray):
         return a if dtype is None or np.dtype(dtype) == a.dtype else a.astype(dtype)
+    graph.refuse_during_capture("a host-to-device copy")
     h = np.asarray(a, dtype=dtype)
     if not h.flags.c_contiguous:  # (np.ascontiguousarray would turn a 0-d array into 1-d)
         h = h.copy(order="C")
@@ -308,6 +314,8 @@ def empty(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
 
 def zeros(shape: int | Sequence[int], dtype: Any = np.float32) -> DeviceArray:
     out = DeviceArray(shape, dtype)
-    if out.nbytes:
+    if graph.is_capturing():  # as cupy.zeros: a memset that every replay runs again
+        out.fill(0)
+    elif out.nbytes:
         ctypes.memset(out.ptr, 0, out.nbytes)
     return out
