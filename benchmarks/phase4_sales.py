@@ -66,9 +66,12 @@ def standardiser(x):
     return layer, mean, std
 
 
-def train_minitorch(arrays: dict, log_space: bool, config: dict) -> tuple[list[dict], dict, np.ndarray]:
+def train_minitorch(arrays: dict, log_space: bool, config: dict,
+                    use_graph: bool = False) -> tuple[list[dict], dict, np.ndarray]:
+    """Eager: the lab's loop. Graph: the same batches copied into static input tensors, and the step
+    (forward, backward, update, loss sum) captured once per batch size and replayed (minitorch.graph)."""
     import minitorch
-    from minitorch import backend, functional, nn, optim
+    from minitorch import backend, functional, graph, nn, optim
     from minitorch.batches import MiniBatches
 
     class SalesMLP(nn.Module):
@@ -100,27 +103,54 @@ def train_minitorch(arrays: dict, log_space: bool, config: dict) -> tuple[list[d
 
     model = SalesMLP(train_x.shape[1])
     optimizer = optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
-    batches = MiniBatches(train_x, train_y, config["batch_size"], seed=SEED)
+    batches = MiniBatches(train_x, train_y, config["batch_size"], seed=SEED, device="cpu" if use_graph else None)
     features = "log" if log_space else "raw"
+    framework = "minitorch_graph" if use_graph else "minitorch"
     history = []
+    steps: dict[int, tuple] = {}  # batch rows -> (static x, static y, captured step)
+
+    def captured_step(rows: int) -> tuple:
+        if rows not in steps:
+            xs = minitorch.zeros((rows, train_x.shape[1]))
+            ys = minitorch.zeros((rows, 1))
+
+            def step():
+                loss = functional.mse_loss(model(xs), ys)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                total.copy_(total + loss.detach() * float(rows))
+
+            steps[rows] = (xs, ys, graph.capture(step))
+        return steps[rows]
+
+    total = minitorch.zeros(())
     backend.synchronize()
     start = time.perf_counter()
     for epoch in range(config["epochs"]):
-        total = minitorch.zeros(())
-        for xb, yb in batches:
-            loss = functional.mse_loss(model(xb), yb)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            total = total + loss.detach() * float(xb.shape[0])
+        if use_graph:
+            total.fill_(0.0)
+            for xb, yb in batches:
+                xs, ys, step_graph = captured_step(xb.shape[0])
+                xs.copy_from(xb.data)
+                ys.copy_from(yb.data)
+                step_graph.replay()
+        else:
+            total = minitorch.zeros(())
+            for xb, yb in batches:
+                loss = functional.mse_loss(model(xb), yb)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                total = total + loss.detach() * float(xb.shape[0])
         mae = float(np.mean(np.abs(predict(model) - arrays["price_test"])))
-        history.append({"kind": "epoch", "framework": "minitorch", "features": features, "epoch": epoch + 1,
+        history.append({"kind": "epoch", "framework": framework, "features": features, "epoch": epoch + 1,
                         "train_loss": total.item() / batches.rows, "test_mae": mae})
         print(f"minitorch {features} epoch {epoch + 1:3d}: loss {history[-1]['train_loss']:.5f}  test MAE {mae:.3f}")
     backend.synchronize()
     seconds = time.perf_counter() - start
     predicted = predict(model)
-    summary = {"kind": "summary", "framework": "minitorch", "features": features, "train_seconds": seconds,
+    summary = {"kind": "summary", "framework": framework, "features": features, "train_seconds": seconds,
                "test_mae": float(np.mean(np.abs(predicted - arrays["price_test"])))}
     if pool is not None:
         summary["gpu_memory_bytes"] = int(pool.total_bytes())
@@ -207,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         summary.update(baseline_mae=baseline, ratio=summary["test_mae"] / baseline)
         rows += history
         summaries.append(summary)
+        if log_space:  # the same training with the step captured into a graph: same batches, same numbers
+            graph_history, graph_summary, _ = train_minitorch(arrays, log_space, config, use_graph=True)
+            graph_summary.update(baseline_mae=baseline, ratio=graph_summary["test_mae"] / baseline)
+            np.testing.assert_allclose([h["train_loss"] for h in graph_history],
+                                       [h["train_loss"] for h in history], rtol=1e-4)
+            rows += graph_history
+            summaries.append(graph_summary)
         if log_space:
             sample = np.random.default_rng(SEED).choice(len(predicted), size=min(SAMPLE, len(predicted)), replace=False)
             rows.append({"kind": "prediction", "features": "log",

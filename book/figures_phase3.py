@@ -107,9 +107,13 @@ def _xor_text(res: Results, curves: dict, times: dict) -> str:
                  f"GPU" + (f" (PyTorch on the CPU: {torch['seconds']:.2f} s)." if torch else "."))
     elif torch:
         text += (f" The {t['epochs']} epochs took {t['seconds']:.2f} s with minitorch and {torch['seconds']:.2f} s "
-                 f"with PyTorch on the same GPU: minitorch needed {torch['ratio']:.1f}× PyTorch's time. With four "
+                 f"with PyTorch on the same GPU: minitorch needed {torch['ratio']:.2f}× PyTorch's time. With four "
                  f"samples every kernel is tiny, so both times are launch overhead: Python code and launches per "
                  f"epoch, not arithmetic.")
+        graph = times.get("minitorch_graph")
+        if graph:
+            text += (f" Captured into a graph (appendix *Where a training step's time goes*), the same training took "
+                     f"{graph['seconds']:.2f} s, {graph['seconds'] / torch['seconds']:.2f}× PyTorch's time.")
     else:
         text += f" The {t['epochs']} epochs took {t['seconds']:.2f} s (PyTorch was not installed for a comparison)."
     return text

@@ -137,8 +137,18 @@ class CudaBackend(Backend):
             graph = stream.end_capture()
         finally:
             stream.__exit__(None, None, None)
-        graph._minitorch_stream = stream  # a freed block of this stream's pool must never be reused
-        return graph
+        return _CapturedGraph(graph, stream)
+
+
+class _CapturedGraph:
+    """A CuPy graph and the stream it was captured on: the stream lives as long as the graph, so the
+    memory pool never hands a block the graph uses to another stream that reuses its handle."""
+
+    def __init__(self, graph: Any, stream: Any) -> None:
+        self.graph, self.stream = graph, stream
+
+    def launch(self) -> None:
+        self.graph.launch()  # on the current stream, in order with eager work
 
 
 class EmuBackend(Backend):

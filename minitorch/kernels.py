@@ -87,6 +87,20 @@ class KernelLaunchError(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 # Workspace
 
+# The variables below are read on every launch (the grader changes them between tests). On POSIX,
+# os.environ keeps its entries in a plain dict of bytes (``_data``, updated by every assignment);
+# reading it directly costs a dictionary lookup instead of the key and value conversions.
+_ENV_DATA: dict | None = getattr(os.environ, "_data", None) if os.name == "posix" else None
+
+
+def _getenv(key: str) -> str | None:
+    if _ENV_DATA is not None:
+        value = _ENV_DATA.get(key.encode() if key not in _ENV_KEYS else _ENV_KEYS[key])
+        return None if value is None else value.decode()
+    return os.environ.get(key)
+
+
+_ENV_KEYS = {k: k.encode() for k in ("MINITORCH_WORKSPACE", "MINITORCH_LAUNCH_TRACE", "MINITORCH_SYNC_LAUNCHES")}
 _workspace: tuple[str | None, Path] | None = None  # (MINITORCH_WORKSPACE as last read, resolved path)
 _paths: dict[tuple[Path, str], str] = {}
 
@@ -98,7 +112,7 @@ def workspace_dir() -> Path:
     launch itself.
     """
     global _workspace
-    env = os.environ.get("MINITORCH_WORKSPACE")
+    env = _getenv("MINITORCH_WORKSPACE")
     cached = _workspace
     if cached is None or cached[0] != env:
         cached = _workspace = (env, Path(env).expanduser().resolve() if env else PACKAGE_DIR / "csrc")
@@ -341,8 +355,7 @@ class Kernel:
                 check_args(self.filename, self.function, self.params, args, self._kinds)
                 self._checked.add(types_)
         grid, block = _as_dims(grid), _as_dims(block)
-        environ = os.environ
-        trace = environ.get("MINITORCH_LAUNCH_TRACE")
+        trace = _getenv("MINITORCH_LAUNCH_TRACE")
         if trace:  # the grader reads this to name the kernel that was running when a test hung or crashed
             _trace_launch(trace, f"{self.filename}:{self.function} grid={grid} block={block}\n")
         key = self._key
@@ -354,7 +367,7 @@ class Kernel:
                 launches.append(launch)
         try:
             self._raw(grid, block, args, shared_mem=shared_mem, **kwargs)
-            if environ.get("MINITORCH_SYNC_LAUNCHES") == "1":
+            if _getenv("MINITORCH_SYNC_LAUNCHES") == "1":
                 backend.synchronize()  # surfaces asynchronous faults here, attributed to this kernel
         except (TypeError, ValueError):
             raise
@@ -394,8 +407,12 @@ def _trace_launch(path: str, line: str) -> None:
 
 
 def _as_dims(dims: Any) -> tuple[int, ...]:
-    if type(dims) is tuple and all(type(d) is int for d in dims):
-        return dims
+    if type(dims) is tuple:  # the usual (blocks,) / (threads,): nothing to convert
+        for d in dims:
+            if type(d) is not int:
+                break
+        else:
+            return dims
     if isinstance(dims, (int, np.integer)):
         return (int(dims),)
     return tuple(int(d) for d in dims)

@@ -83,7 +83,8 @@ def _real(op: str, name: str, value: Any) -> float:
 
 
 def _empty(device: str, shape: tuple[int, ...], dtype: np.dtype = DTYPE) -> Any:
-    return backend.get_backend(device).empty(shape, dtype)
+    made = backend._BACKENDS.get(device)  # the device of an existing tensor: its backend exists
+    return (made or backend.get_backend(device)).empty(shape, dtype)
 
 
 def _cpu(value: Any, dtype: np.dtype) -> Tensor:

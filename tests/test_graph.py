@@ -16,11 +16,12 @@ X = np.array([[0, 0], [0, 1], [1, 0], [1, 1]], np.float32)
 Y = np.array([[0], [1], [1], [0]], np.float32)
 
 
-@pytest.fixture
-def on_emu(workspace):
+@pytest.fixture(params=["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def on_emu(request, workspace):
+    """The solution files of phases 1-3b, on the emulator and (make test-gpu) on the GPU."""
     write_solutions(workspace)
     previous = minitorch.get_device()
-    minitorch.set_device("emu")
+    minitorch.set_device(request.param)
     yield workspace
     minitorch.set_device(previous)
 
@@ -74,9 +75,10 @@ def test_new_inputs_between_replays(on_emu):
 
 def test_host_round_trip_during_capture_is_refused_and_capture_ends(on_emu):
     x = minitorch.tensor(np.ones(8, np.float32))
-    with pytest.raises(emu.LaunchError, match="not permitted while a graph is being captured"):
+    with pytest.raises(Exception, match="(?i)captur") as error:
         graph.capture(lambda: (x + x).numpy())
-    assert not emu.is_capturing()
+    if minitorch.get_device() == "emu":
+        assert isinstance(error.value, emu.LaunchError) and not emu.is_capturing()
     np.testing.assert_array_equal((x + x).numpy(), 2 * np.ones(8, np.float32))  # eager again
 
 
@@ -90,20 +92,20 @@ def test_recording_and_replay_with_a_substituted_output(on_emu):
     with kernels.recording() as launches:
         out = a + a
     assert [(launch.kernel.filename, launch.kernel.function) for launch in launches] == [("elementwise.cu", "add")]
-    fresh = minitorch.backend.get_backend("emu").empty((5,))
+    fresh = minitorch.backend.empty((5,))
     launches[0].replay({id(out.data): fresh})
-    np.testing.assert_array_equal(emu.asnumpy(fresh), 2 * np.arange(5, dtype=np.float32))
+    np.testing.assert_array_equal(minitorch.backend.asnumpy(fresh), 2 * np.arange(5, dtype=np.float32))
 
 
 def test_a_rewritten_file_takes_effect_at_the_next_launch(on_emu):
     kernels.write_source("scale.cu", 'extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n')
-    x = minitorch.backend.get_backend("emu").asarray(np.ones(4, np.float32))
+    x = minitorch.backend.asarray(np.ones(4, np.float32))
     kernels.load_kernel("scale.cu", "scale")((1,), (4,), (x,))
     # rewritten by another program (not write_source): same length, so only mtime/inode tell
     (on_emu / "scale.cu").write_text('extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 3.0f; }\n')
     os.utime(on_emu / "scale.cu", ns=(0, 1))
     kernels.load_kernel("scale.cu", "scale")((1,), (4,), (x,))
-    np.testing.assert_array_equal(emu.asnumpy(x), 6 * np.ones(4, np.float32))
+    np.testing.assert_array_equal(minitorch.backend.asnumpy(x), 6 * np.ones(4, np.float32))
 
 
 def test_workspace_change_is_noticed(on_emu, tmp_path, monkeypatch):

@@ -94,11 +94,11 @@ from typing import Any
 import numpy as np
 
 from .compiler import CompileError
-from .graph import Graph, begin_capture, end_capture, is_capturing
 from .config import check_mode, set_arg_mode, time_limit
 from .config import schedule_order as schedule
 from .config import worker_count as workers
 from .errors import ArgumentWarning, BarrierWarning, EmuWarning, KernelFault, LaunchError, ScheduleMismatch
+from .graph import Graph, begin_capture, end_capture, is_capturing
 from .launch import Kernel, RawModule
 from .memory import DeviceArray, asarray, asnumpy, empty, zeros
 

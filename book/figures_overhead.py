@@ -1,0 +1,78 @@
+"""Figures of the appendix 'Where a training step's time goes' (benchmarks/overhead.py)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+from figures import BLUE, GREY, ORANGE, VERMILLION, glue_figure, glue_md, latest, missing_figure
+
+SCRIPT = "benchmarks/overhead.py"
+OPS = [("raw_cupy", "raw CuPy launch"), ("kernel_call", "Kernel.__call__"), ("load_and_call", "load_kernel + call"),
+       ("ops_add", "ops.add"), ("tensor_add", "a + b (autograd)")]
+
+
+def _by_what(res, kind: str) -> dict:
+    return {r["what"]: r for r in res.rows if r["kind"] == kind}
+
+
+def overhead() -> None:
+    """Glue the per-op and per-step figures and the sentences that quote them."""
+    after, before = latest("overhead"), latest("overhead_before")
+    if after is None or "raw_cupy" not in _by_what(after, "op"):
+        glue_figure("fig-overhead-ops", missing_figure("overhead", "per-op overhead", SCRIPT))
+        glue_figure("fig-overhead-step", missing_figure("overhead", "a training step", SCRIPT))
+        for name in ("overhead-source", "overhead-text"):
+            glue_md(name, "")
+        return
+    ops_after = _by_what(after, "op")
+    ops_before = _by_what(before, "op") if before is not None else {}
+    torch = ops_after.get("torch_add", {}).get("microseconds")
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    labels = [label for _, label in OPS]
+    ys = range(len(OPS))
+    if ops_before:
+        ax.barh([y + 0.2 for y in ys], [ops_before[k]["microseconds"] for k, _ in OPS], height=0.4,
+                color=GREY, label=f"before ({before.date})")
+    ax.barh([y - 0.2 for y in ys], [ops_after[k]["microseconds"] for k, _ in OPS], height=0.4,
+            color=BLUE, label=f"now ({after.date})")
+    if torch:
+        ax.axvline(torch, color=ORANGE, ls="--", lw=1.5, label="PyTorch x + y")
+    ax.set_yticks(list(ys), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("microseconds per call (1,024 floats)")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    glue_figure("fig-overhead-ops", fig)
+
+    steps = _by_what(after, "step")
+    fig, ax = plt.subplots(figsize=(6.4, 2.4))
+    eager, graph = steps["minitorch_eager"]["microseconds"], steps["minitorch_graph"]["microseconds"]
+    rows = [("minitorch, eager", graph, eager - graph), ("minitorch, graph", graph, 0.0)]
+    if "torch_eager" in steps:
+        rows.append(("PyTorch, eager", None, steps["torch_eager"]["microseconds"]))
+    for y, (_, device, python) in enumerate(rows):
+        if device is not None:
+            ax.barh(y, device, color=BLUE, label="device work (the graph's replay)" if y == 0 else None)
+        ax.barh(y, python, left=device or 0, color=VERMILLION if device is not None else ORANGE,
+                label="launch overhead" if y == 0 else None)
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("microseconds per XOR training step")
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    glue_figure("fig-overhead-step", fig)
+
+    glue_md("overhead-source", after.provenance
+            + (f" Before: {before.provenance[0].lower()}{before.provenance[1:]}" if before else ""))
+    text = (f"On {after.device}, a raw CuPy launch of the 1,024-float `add` takes "
+            f"{ops_after['raw_cupy']['microseconds']:.1f} µs of host time and `a + b` on two tensors "
+            f"{ops_after['tensor_add']['microseconds']:.1f} µs")
+    if ops_before:
+        text += f" (it took {ops_before['tensor_add']['microseconds']:.0f} µs before these changes)"
+    if torch:
+        text += f"; PyTorch's `x + y` takes {torch:.1f} µs"
+    text += (f". One XOR training step launches {steps['minitorch_eager']['launches']} kernels: eager, it takes "
+             f"{eager:.0f} µs; captured into a graph, {graph:.0f} µs")
+    if "torch_eager" in steps:
+        text += f", against {steps['torch_eager']['microseconds']:.0f} µs for PyTorch eager"
+    glue_md("overhead-text", text + ".")
