@@ -1,0 +1,25 @@
+"""Primitive operations on tensors, without autograd: the layer between Tensors and the learner's kernels.
+
+On ``cpu`` each primitive is NumPy, in the tensors' own dtype (float32, or float64 for gradient checks):
+the reference path. On ``cuda`` and ``emu`` it allocates the output and calls the learner's launcher
+(``kernels.load_module("<file>.py").<function>(...)``, ARCHITECTURE.md "Phases 2–4"), so every number
+comes out of the learner's CUDA C. A launcher that is not written yet raises ``KernelNotWrittenError``
+naming the lab cell that writes it.
+
+Inputs are checked here, before any launch: a shape, dtype or device mismatch raises ``ValueError`` or
+``TypeError`` naming what was expected and what came. An empty output launches nothing.
+"""
+
+from minitorch.ops.dispatch import on_device
+from minitorch.ops.elementwise import add, add_bias, mul, relu, relu_backward, scalar_mul, sigmoid, sigmoid_backward
+from minitorch.ops.linalg import matmul, transpose
+from minitorch.ops.loss import mse_backward, mse_loss
+from minitorch.ops.optim import sgd_momentum_
+from minitorch.ops.reduce import bias_grad, column_mean_var, max, sum  # noqa: A004 (the operations' names)
+from minitorch.ops.shape import expand, reshape
+
+__all__ = [
+    "add", "add_bias", "bias_grad", "column_mean_var", "expand", "matmul", "max", "mse_backward", "mse_loss",
+    "mul", "on_device", "relu", "relu_backward", "reshape", "scalar_mul", "sgd_momentum_", "sigmoid",
+    "sigmoid_backward", "sum", "transpose",
+]

@@ -1,0 +1,115 @@
+"""What every op shares: device and argument checks, output allocation, and the call of the learner's
+launcher. An op is a few lines on top of these: check, allocate, ``launch`` (NumPy on ``cpu``)."""
+
+from __future__ import annotations
+
+import contextlib
+import numbers
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from minitorch import backend, kernels
+from minitorch.tensor import DTYPE, Tensor
+
+
+@contextlib.contextmanager
+def on_device(device: str) -> Iterator[None]:
+    """Make ``device`` the active one while a launcher runs: ``load_kernel`` compiles for the active
+    device, and a tensor's own device may differ from it."""
+    previous = backend.get_device()
+    if previous == device:
+        yield
+        return
+    backend._active = device
+    try:
+        yield
+    finally:
+        backend._active = previous
+
+
+
+def check_tensors(op: str, **named: Any) -> tuple[str, np.dtype]:
+    """All arguments are Tensors on one device with one dtype; returns (device, dtype)."""
+    device = dtype = None
+    first = ""
+    for name, t in named.items():
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{op}: `{name}` must be a minitorch Tensor, got {type(t).__name__}")
+        if device is None:
+            device, dtype, first = t.device, t.dtype, name
+        elif t.device != device:
+            raise ValueError(f"{op}: expected every tensor on one device, got `{first}` on {device!r} and "
+                             f"`{name}` on {t.device!r}; move one with .to({device!r})")
+        elif t.dtype != dtype:
+            raise TypeError(f"{op}: expected one dtype, got `{first}` {dtype} and `{name}` {t.dtype}")
+    assert device is not None and dtype is not None
+    return device, dtype
+
+
+
+def same_shape(op: str, a_name: str, a: Tensor, b_name: str, b: Tensor) -> None:
+    if a.shape != b.shape:
+        raise ValueError(f"{op}: `{b_name}` must have the shape of `{a_name}`, {a.shape}; got {b.shape}")
+
+
+
+def matrix(op: str, name: str, t: Tensor) -> tuple[int, int]:
+    if t.ndim != 2:
+        raise ValueError(f"{op}: `{name}` must be a 2-D tensor (rows, cols), got shape {t.shape}")
+    return t.shape  # type: ignore[return-value]
+
+
+
+def real(op: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{op}: `{name}` must be a real number, got {type(value).__name__}")
+    return float(value)
+
+
+
+def empty(device: str, shape: tuple[int, ...], dtype: np.dtype = DTYPE) -> Any:
+    made = backend._BACKENDS.get(device)  # the device of an existing tensor: its backend exists
+    return (made or backend.get_backend(device)).empty(shape, dtype)
+
+
+
+def cpu_result(value: Any, dtype: np.dtype) -> Tensor:
+    """A cpu tensor from a NumPy result (NumPy turns 0-d results into scalars; a tensor needs an array)."""
+    return Tensor(np.ascontiguousarray(value, dtype=dtype) if np.ndim(value) else np.asarray(value, dtype=dtype), "cpu")
+
+
+
+def launcher(filename: str, function: str) -> Any:
+    module = kernels.load_module(filename)  # one os.stat: a rewritten cell takes effect at once
+    fn = getattr(module, function, None)
+    if fn is None:
+        where = kernels.KERNEL_FILES.get(filename)
+        cell = f' (the cell "{where.cell}" in {where.lab})' if where else ""
+        raise AttributeError(f"{filename} defines no function `{function}`{cell}; minitorch calls it")
+    return fn
+
+
+
+def launch(device: str, filename: str, function: str, *args: Any) -> None:
+    if backend._active == device:  # the common case, without a context manager's cost
+        launcher(filename, function)(*args)
+        return
+    with on_device(device):
+        launcher(filename, function)(*args)
+
+
+
+def binary(op: str, filename: str, names: tuple[str, str], a: Tensor, b: Tensor,
+            reference: Callable[[np.ndarray, np.ndarray, np.dtype], np.ndarray]) -> Tensor:
+    """An elementwise op of two tensors of one shape: `reference` on cpu, the launcher `op` of `filename`
+    (called as op(a, b, out)) elsewhere."""
+    device, dtype = check_tensors(op, **{names[0]: a, names[1]: b})
+    same_shape(op, names[0], a, names[1], b)
+    if device == "cpu":
+        return cpu_result(reference(a.data, b.data, dtype), dtype)
+    out = empty(device, a.shape)
+    if a.size:
+        launch(device, filename, op, a.data, b.data, out)
+    return Tensor(out, device)
