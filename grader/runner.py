@@ -26,8 +26,10 @@ class NotPublishedError(RuntimeError):
     """The phase has no lab and graded tests yet."""
 
 
-def make_env(opts: CheckOptions, workspace: Path, seed: int, work: Path) -> dict[str, str]:
+def make_env(opts: CheckOptions, workspace: Path, seed: int, work: Path, phase: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    if phase:
+        env["MINITORCH_PHASE"] = phase  # the framework runs this phase's kernels (no later phase's GEMM)
     root = str(paths.repo_root())
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["MINITORCH_WORKSPACE"] = str(workspace)
@@ -112,7 +114,7 @@ def check_phase(opts: CheckOptions) -> PhaseReport:
             workspace = Path(opts.workspace or paths.default_workspace()).resolve()
         workspace.mkdir(parents=True, exist_ok=True)
         report.workspace = str(workspace) if not opts.solutions else "(temporary)"
-        env = make_env(opts, workspace, seed, work)
+        env = make_env(opts, workspace, seed, work, phase.name)
         if opts.run_notebook:
             report.notebook = str(notebook)
             if not notebook.exists():

@@ -72,6 +72,14 @@ KERNEL_FILES: dict[str, LearnerFile] = {
 }
 
 
+PHASE_ORDER = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7", "phase8")
+
+
+def phase_index(phase: str) -> int:
+    """The position of a phase in the course (``PHASE_ORDER``); unknown names sort last."""
+    return PHASE_ORDER.index(phase) if phase in PHASE_ORDER else len(PHASE_ORDER)
+
+
 class KernelNotWrittenError(FileNotFoundError):
     """The learner has not yet run the lab cell that writes this file."""
 

@@ -18,8 +18,9 @@ class MatMul(Function):
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         a, b = ctx.saved_tensors
-        return (ops.matmul(grad, ops.transpose(b)) if ctx.needs_input_grad[0] else None,
-                ops.matmul(ops.transpose(a), grad) if ctx.needs_input_grad[1] else None)
+        # Transposed operands are read in place where the learner's Phase 5 GEMM serves (ops.matmul).
+        return (ops.matmul(grad, b, transpose_b=True) if ctx.needs_input_grad[0] else None,
+                ops.matmul(a, grad, transpose_a=True) if ctx.needs_input_grad[1] else None)
 
 
 class Transpose(Function):

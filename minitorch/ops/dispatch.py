@@ -92,12 +92,13 @@ def launcher(filename: str, function: str) -> Any:
 
 
 
-def launch(device: str, filename: str, function: str, *args: Any) -> None:
+def launch(device: str, filename: str, function: str, *args: Any, **kwargs: Any) -> None:
+    """Call the learner's launcher ``function`` of ``filename`` with ``device`` active."""
     if backend._active == device:  # the common case, without a context manager's cost
-        launcher(filename, function)(*args)
+        launcher(filename, function)(*args, **kwargs)
         return
     with on_device(device):
-        launcher(filename, function)(*args)
+        launcher(filename, function)(*args, **kwargs)
 
 
 
