@@ -10,6 +10,7 @@ import tempfile
 from pathlib import Path
 
 from grader import labs, paths, progress
+from grader.gate import PhaseLocked, require
 from grader.phases import UnknownPhaseError, get_phase
 from grader.report import render_report, render_table
 from grader.runner import DEFAULT_TIMEOUT_S, CheckOptions, NotPublishedError, check_phase
@@ -69,6 +70,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_check(args: argparse.Namespace) -> int:
     phase = get_phase(args.phase)
+    if phase.published and not args.solutions:  # reference solutions are graded whatever the progress says
+        try:
+            require(phase.name)
+        except PhaseLocked as err:
+            if args.json:
+                print(json.dumps({"phase": phase.name, "passed": False, "error": str(err)}))
+            else:
+                print(f"grader check {phase.name}: {err} (Instructors: GRADER_SKIP_GATES=1 grades it anyway.)",
+                      file=sys.stderr)
+            return EXIT_CANNOT_GRADE
     opts = CheckOptions(
         phase=phase, device=args.device, solutions=args.solutions, notebook=args.notebook,
         workspace=args.workspace, run_notebook=not args.no_notebook, timeout_s=args.timeout,

@@ -25,20 +25,24 @@ def require(phase: str, *, progress_path: Path | None = None) -> None:
     """
     deliverable = DELIVERABLES.get(phase.strip().lower())
     if deliverable is not None:
-        required, title = deliverable.unlocked_by, f"The {deliverable.title} deliverable"
+        # A deliverable opens with its phase: every phase up to the one that unlocks it has passed.
+        target, title, inclusive = get_phase(deliverable.unlocked_by), f"The {deliverable.title} deliverable", True
     else:
-        target = get_phase(phase)
+        target, title, inclusive = get_phase(phase), None, False
         if target.requires is None:
             return
-        required, title = target.requires, f"Phase {target.number} ({target.title})"
+        title = f"Phase {target.number} ({target.title})"
     if os.environ.get(SKIP_GATES_ENV) == "1":
-        warnings.warn(f"{SKIP_GATES_ENV}=1: not checking that {required} passed", stacklevel=2)
+        warnings.warn(f"{SKIP_GATES_ENV}=1: not checking the phases before {target.name}", stacklevel=2)
         return
     data = progress.load(progress_path)
+    required = progress.first_unpassed_before(target.name, data)
+    if required is None and inclusive and progress.phase_state(target.name, data) != progress.PASSED:
+        required = target.name
+    if required is None:
+        return
     before = get_phase(required)
     state = progress.phase_state(before.name, data)
-    if state == progress.PASSED:
-        return
     before_title = f"Phase {before.number} ({before.title})"
     command = f"grader check {before.name}"
     if state == progress.STALE:
@@ -48,5 +52,5 @@ def require(phase: str, *, progress_path: Path | None = None) -> None:
             f"{title} is locked: {before_title} passed, but {names} changed since. "
             f"Run `{command}` again in a terminal at the repository root.")
     raise PhaseLocked(
-        f"{title} is locked: {before_title} has not passed yet. "
+        f"{title} is locked: {before_title} has not passed yet (every phase before it must pass first). "
         f"Run `{command}` in a terminal at the repository root and fix what it reports.")

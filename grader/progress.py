@@ -128,9 +128,21 @@ def phase_state(name: str, data: dict[str, Any] | None = None) -> str:
     last_pass = data["phases"].get(phase.name, {}).get("last_pass")
     if last_pass:
         return STALE if changed_since_pass(last_pass) else PASSED
-    if phase.requires is None or phase_state(phase.requires, data) == PASSED:
+    if first_unpassed_before(phase.name, data) is None:
         return UNLOCKED
     return LOCKED
+
+
+def first_unpassed_before(name: str, data: dict[str, Any] | None = None) -> str | None:
+    """The first phase before ``name`` that has not passed (or went stale), or None when all have:
+    a phase unlocks only when every phase before it has passed, not only the one just before it."""
+    data = load() if data is None else data
+    for earlier in PHASES:
+        if earlier == get_phase(name).name:
+            return None
+        if phase_state(earlier, data) != PASSED:
+            return earlier
+    return None
 
 
 def deliverable_rows(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -139,7 +151,8 @@ def deliverable_rows(data: dict[str, Any] | None = None) -> list[dict[str, Any]]
 
     data = load() if data is None else data
     return [{"deliverable": d.name, "title": d.title, "unlocked_by": d.unlocked_by,
-             "state": UNLOCKED if phase_state(d.unlocked_by, data) == PASSED else LOCKED}
+             "state": UNLOCKED if phase_state(d.unlocked_by, data) == PASSED
+             and first_unpassed_before(d.unlocked_by, data) is None else LOCKED}
             for d in DELIVERABLES.values()]
 
 
@@ -155,7 +168,7 @@ def status_rows(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         if state == STALE:
             notes.append("changed since the pass: " + ", ".join(Path(p).name for p in changed_since_pass(last_pass)))
         elif state == LOCKED:
-            notes.append(f"pass {phase.requires} first")
+            notes.append(f"pass {first_unpassed_before(phase.name, data)} first")
         if not phase.published:
             notes.append("lab not published yet")
         note = "; ".join(notes)

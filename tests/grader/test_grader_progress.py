@@ -165,10 +165,11 @@ def test_cuda_without_a_gpu_fails_once_up_front(env, capsys):
 def test_deliverables_unlock_with_their_phase(env, capsys):
     """A deliverable opens with its phase: XOR (3b) after phase3a, sales (4) after phase3b,
     the MNIST CNN (6) after phase5, the Shakespeare GPT (7) after phase6."""
-    progress_file, _ = env
-    with pytest.raises(grader.PhaseLocked, match=r"MNIST CNN deliverable is locked.*`grader check phase5`"):
+    progress_file, workspace = env
+    with pytest.raises(grader.PhaseLocked, match=r"MNIST CNN deliverable is locked.*`grader check phase1`"):
         grader.require("mnist")
-    with pytest.raises(grader.PhaseLocked, match=r"sales.tsv regression deliverable is locked.*`grader check phase3b`"):
+    _pass_phase1(workspace)
+    with pytest.raises(grader.PhaseLocked, match=r"sales.tsv regression deliverable is locked.*`grader check phase2`"):
         grader.require("sales")
     # Fake passes of every phase up to phase5 (no learner files): mnist opens, shakespeare stays shut.
     data = {"phases": {f"phase{n}": {"last_pass": {"when": "2026-11-21T00:00:00+00:00", "device": "emu",
@@ -186,3 +187,34 @@ def test_deliverables_unlock_with_their_phase(env, capsys):
     assert states == {"xor": "unlocked", "sales": "unlocked", "mnist": "unlocked", "shakespeare": "locked"}
     main(["status", "--json"])
     assert json.loads(capsys.readouterr().out)["deliverables"][3]["state"] == "locked"
+
+
+def test_check_refuses_a_locked_phase_and_records_nothing(env, capsys):
+    """`grader check phase4` with nothing passed (the Colab form, --no-notebook) names what to pass first."""
+    progress_file, workspace = env
+    assert main(["check", "phase4", "--no-notebook", "--workspace", str(workspace)]) == 2
+    err = capsys.readouterr().err
+    assert "Phase 4" in err and "is locked" in err and "`grader check phase1`" in err and "GRADER_SKIP_GATES" in err
+    assert not progress_file.exists()
+    assert progress.phase_state("phase4") == "locked" and progress.phase_state("phase5") == "locked"
+    assert main(["check", "phase4", "--json", "--no-notebook"]) == 2
+    assert "is locked" in json.loads(capsys.readouterr().out)["error"]
+
+
+def test_every_earlier_phase_must_pass_not_only_the_one_before(env, capsys):
+    """A pass of phase 4 recorded while phases 2-3b never passed unlocks nothing after it."""
+    progress_file, workspace = env
+    _pass_phase1(workspace)
+    rec = {"when": "2026-11-21T00:00:00+00:00", "device": "emu", "workspace": str(workspace), "files": {},
+           "passed": True}
+    data = json.loads(progress_file.read_text())
+    data["phases"]["phase4"] = {"last_pass": rec}
+    progress_file.write_text(json.dumps(data))
+    assert progress.phase_state("phase5") == "locked"
+    with pytest.raises(grader.PhaseLocked, match=r"Phase 2 \(.*has not passed yet.*`grader check phase2`"):
+        grader.require("phase5")
+    with pytest.raises(grader.PhaseLocked, match="grader check phase2"):
+        grader.require("sales")
+    main(["status"])
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("phase5") or " phase5 " in line)
+    assert "pass phase2 first" in line
