@@ -99,6 +99,10 @@ def run_notebook_step(notebook: Path, env: dict[str, str], work: Path, opts: Che
                                   f"the notebook could not be run ({exit_description(rc)}):\n{tail(output)}",
                                   hint="is the notebook valid JSON? is nbval installed?"))
     elif passed_cells:
+        # The summary row is informational: PASS only when no cell failed (the failures are rows of their own).
         total = passed_cells + skipped_cells + len(checks)
-        checks.insert(0, CheckResult(f"lab notebook: {passed_cells} of {total} cells passed", PASS, "notebook"))
+        summary = f"lab notebook: {passed_cells} of {total} cells passed"
+        if skipped_cells:
+            summary += f" ({skipped_cells} not run after a failure)"
+        checks.insert(0, CheckResult(summary, FAIL if checks else PASS, "notebook"))
     return checks
