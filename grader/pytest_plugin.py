@@ -90,6 +90,8 @@ def _marker_info(item: pytest.Item) -> dict[str, Any]:
     return {
         "kernel": ":".join(str(a) for a in kernel.args) if kernel else None,
         "hint": hint.args[0] if hint else None,
+        # hint(text, on="fault"): the advice is about a kernel fault (a race, a barrier), not wrong values
+        "hint_on": hint.kwargs.get("on") if hint else None,
         "perf": item.get_closest_marker("perf") is not None,
     }
 
@@ -153,6 +155,12 @@ def _last_launch() -> str:
     except OSError:
         text = ""
     return f" Last kernel launched: {text}." if text else ""
+
+
+def pytest_warning_recorded(warning_message: Any, when: str, nodeid: str, location: Any) -> None:
+    """A warning raised while a test ran (pytest records them after the test's result): shown in the report."""
+    if nodeid:
+        _emit(event="warning", nodeid=nodeid, text=f"{warning_message.category.__name__}: {warning_message.message}")
 
 
 @pytest.hookimpl(hookwrapper=True)

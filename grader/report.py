@@ -21,6 +21,7 @@ class CheckResult:
     nodeid: str = ""
     kernel: str | None = None
     perf: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # raised while the check ran, passed or not
 
     def blocking(self, require_perf: bool) -> bool:
         if self.result in (FAIL, CRASH, TIMEOUT):
@@ -140,6 +141,16 @@ def render_report(report: PhaseReport) -> str:
             others = [m.name.removeprefix(_base_name(m.name)) or m.name for m in members[1:]]
             if others:
                 lines.append(f"    (also {result} for {', '.join(others[:8])}{' ...' if len(others) > 8 else ''})")
+    warned: dict[str, list[str]] = {}  # warning -> the checks that raised it (a passing check's too)
+    for c in report.checks:
+        for w in c.warnings:
+            warned.setdefault(w, []).append(c.name)
+    if warned:
+        lines += ["", "Warnings (they do not fail the phase, but read them):"]
+        for w, names in warned.items():
+            where = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            lines.append(f"- in {where}:")
+            lines += ["    " + line for line in w.strip().splitlines()[:8]]
     lines += [""] + [f"note: {n}" for n in report.notes]
     verdict = "PASSED" if report.passed else "NOT PASSED"
     lines.append(f"{report.phase}: {verdict}")

@@ -38,7 +38,37 @@ def _classify_failure(reason: str) -> str:
     return FAIL
 
 
-def _failure_hint(result: str, reason: str, marker_hint: str | None, kernel: str | None) -> str:
+# Emulator and CUDA wording -> the kind of fault (grader.checks.FAULTS), for faults that reached the
+# report without passing through checks.launch_checked (which names the kind in its headline).
+_FAULT_WORDS = (
+    (r"returned before the __syncthreads", "early-return"),
+    (r"read-after-write|write-after-read|write-after-write", "read-after-write"),
+    (r"uninitialised", "uninitialised-read"),
+    (r"did not finish within", "timeout"),
+    (r"__syncthreads|barrier", "barrier-divergence"),
+    (r"__shfl|__syncwarp|\bmask\b|lanes? ", "warp"),
+    (r"cudaErrorInvalidConfiguration|invalid configuration argument", "invalid-configuration"),
+    (r"out-of-bounds|IllegalAddress|illegal memory", "out-of-bounds"),
+)
+
+
+def fault_hint(reason: str) -> str | None:
+    """What to check for the kernel fault described in `reason`, by its kind; None if it is no fault."""
+    from grader.checks import FAULTS
+
+    for headline, fix in FAULTS.values():
+        if f": {headline}:" in reason:
+            return fix
+    if not ("KernelFault" in reason or "BarrierWarning" in reason or re.search(r"cudaError|CUDA_ERROR", reason)):
+        return None
+    for pattern, kind in _FAULT_WORDS:
+        if re.search(pattern, reason):
+            return FAULTS[kind][1]
+    return None
+
+
+def _failure_hint(result: str, reason: str, marker_hint: str | None, kernel: str | None,
+                  hint_on: str | None = None) -> str:
     where = f" `{kernel.split(':')[-1]}` ({kernel.split(':')[0]})" if kernel else ""
     if "CompileError" in reason:
         return "your kernel does not compile: fix it at the file:line shown, then run the lab cell"
@@ -48,8 +78,13 @@ def _failure_hint(result: str, reason: str, marker_hint: str | None, kernel: str
         return "finish the TODO in the lab"
     if result == TIMEOUT:
         return f"your kernel{where} never finished: check its loop condition and stride"
+    fix = fault_hint(reason)
+    if fix is not None:
+        return f"your kernel{where}: {fix}"
     if result == CRASH:
-        return f"your kernel{where} touched memory it must not: an index past n? the wrong argument?"
+        return f"your kernel{where} crashed: read the error above"
+    if hint_on == "fault":  # advice about a race or a barrier does not explain wrong values
+        return ""
     return marker_hint or ""
 
 
@@ -93,6 +128,10 @@ def run_tests_step(phase: Phase, env: dict[str, str], work: Path, opts: CheckOpt
                 starts[ev["nodeid"]] = ev
             elif kind == "poisoned":
                 poisoned = True
+            elif kind == "warning" and ev["nodeid"] in checks:
+                found = checks[ev["nodeid"]].warnings
+                if ev["text"] not in found:
+                    found.append(ev["text"])
             elif kind == "result":
                 nodeid = ev["nodeid"]
                 finished.add(nodeid)
@@ -130,7 +169,8 @@ def run_tests_step(phase: Phase, env: dict[str, str], work: Path, opts: CheckOpt
                 reason = f"{_test_name(nodeid)}: the test process died ({exit_description(rc)}){running}"
             reason += "\n" + tail(_relevant_output(output), 2000)
             checks[nodeid] = CheckResult(_test_name(nodeid), result, "tests", reason, nodeid=nodeid, kernel=kernel,
-                                         hint=_failure_hint(result, reason, start.get("hint"), kernel))
+                                         hint=_failure_hint(result, reason, start.get("hint"), kernel,
+                                                            start.get("hint_on")))
             order.append(nodeid)
             finished.add(nodeid)
             if result == TIMEOUT and kernel:
@@ -195,5 +235,6 @@ def _result_check(ev: dict[str, Any], start: dict[str, Any]) -> CheckResult:
         result = NOT_MEASURED if start.get("perf") else SKIP
     else:
         result = _classify_failure(reason)
-    hint = _failure_hint(result, reason, start.get("hint"), kernel) if result in (FAIL, CRASH) else ""
+    hint = (_failure_hint(result, reason, start.get("hint"), kernel, start.get("hint_on"))
+            if result in (FAIL, CRASH) else "")
     return CheckResult(_test_name(nodeid), result, "tests", reason, measured, hint, nodeid, kernel, perf)

@@ -52,7 +52,7 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
     if k != k2:
         what_a = f"a{'ᵀ' if transpose_a else ''}"
         raise ValueError(f"matmul: the inner dimensions must agree: {what_a} is ({m}, {k}) (M, K), so "
-                         f"b{'ᵀ' if transpose_b else ''} must be ({k}, N); got b of shape {b.shape}")
+                         f"b{'ᵀ' if transpose_b else ''} must be ({k}, N); got {b.shape}")
     if device == "cpu":
         return cpu_result(np.matmul(a.data.T if transpose_a else a.data, b.data.T if transpose_b else b.data), dtype)
     if k == 0:  # a sum of no products: zeros, nothing to launch

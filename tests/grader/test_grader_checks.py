@@ -31,7 +31,7 @@ def test_first_bad_index_expected_got_and_errors():
 def test_multidimensional_index_and_never_written():
     expected = np.ones((3, 4))
     got = np.ones((3, 4), np.float32)
-    got[1, 2:] = np.nan
+    got[1, 2:] = checks.poisoned_host(2)
     with pytest.raises(checks.GradeError, match=r"first bad index \(1, 2\): expected 1.0, got nan \(still NaN: poisoned"):
         checks.assert_close(got, expected)
 

@@ -58,6 +58,10 @@ def test_j_after_poison():
 @pytest.mark.perf
 def test_k_perf_measured(record_property):
     record_property("perf", {"name": "fill", "unit": "GB/s", "measured": 1500.0, "ratio": 0.91, "threshold": 0.6})
+
+def test_l_passes_with_a_warning():
+    import warnings
+    warnings.warn("thread 3 returned before the __syncthreads() at line 7", UserWarning)
 '''
 
 
@@ -96,7 +100,13 @@ def test_crash_and_hang_are_attributed_and_the_rest_still_runs(synthetic_tests: 
     assert by_name["test_j_after_poison"].result == PASS  # ran in a fresh process
     perf = by_name["test_k_perf_measured"]
     assert perf.result == PASS and perf.measured == "1500 GB/s = 0.91x ref (>= 0.60x)" and perf.perf[0]["ratio"] == 0.91
-    assert len(checks) == 11
+    warned = by_name["test_l_passes_with_a_warning"]
+    assert warned.result == PASS and warned.warnings == ["UserWarning: thread 3 returned before the __syncthreads() at line 7"]
+    from grader.report import PhaseReport, render_report
+
+    text = render_report(PhaseReport("phase1", "GPU memory", "emu", 1, checks=checks))
+    assert "Warnings" in text and "in test_l_passes_with_a_warning:" in text and "line 7" in text
+    assert len(checks) == 12
 
 
 def _notebook(path: Path, *cells: tuple[str, str]) -> None:
