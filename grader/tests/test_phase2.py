@@ -225,6 +225,19 @@ def test_transpose_values(kernel, shape):
     checks.assert_bitwise_equal(a, host, what=f"the input of {kernel} (must not change)")
 
 
+@pytest.mark.parametrize("tiled", [False, True])
+@pytest.mark.hint("launch blocks of TILE x BLOCK_ROWS = 32 x 8 threads, the shape the kernels are written for "
+                  "(Exercise 4): with 32 x 32, four threads write every element of the tile")
+def test_transpose_launches_32_by_8_blocks(tiled):
+    a, out = backend.asarray(random_matrix((70, 45), "blocks")), backend.empty((45, 70))
+    with kernels.recording() as launches:
+        launch_checked("transpose (70, 45)", lambda: transpose_module().transpose(a, out, tiled=tiled))
+    blocks = {launch.block for launch in launches if launch.kernel.filename == "transpose.cu"}
+    if blocks != {(TILE, BLOCK_ROWS)}:
+        raise GradeError(f"transpose(tiled={tiled}) launched blocks of {sorted(blocks)} threads; expected "
+                         f"({TILE}, {BLOCK_ROWS}): TILE x BLOCK_ROWS, each thread handling four rows of its tile")
+
+
 @pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0, 0)], ids=str)
 @pytest.mark.parametrize("tiled", [False, True])
 @pytest.mark.hint("an empty matrix needs no launch: a grid dimension of 0 is an invalid launch configuration")

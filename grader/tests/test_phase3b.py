@@ -14,7 +14,18 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
-from phase3_helpers import XOR_X, XOR_Y, device, expect_error, host, launch_checked, on_kernel, rel_error, train_xor
+from phase3_helpers import (
+    XOR_EPOCHS,
+    XOR_X,
+    XOR_Y,
+    device,
+    expect_error,
+    host,
+    launch_checked,
+    on_kernel,
+    rel_error,
+    train_xor,
+)
 
 import minitorch
 from grader import checks
@@ -302,6 +313,19 @@ def test_topological_order_of_a_diamond():
     check_order(list(order), root, names)
 
 
+@pytest.mark.hint("breadth-first order is not topological: a tensor reached early by a short path may still be used "
+                  "by one on a longer path; a depth-first search appending a tensor after its inputs, then reversed")
+def test_topological_order_with_a_short_and_a_long_path():
+    """root = a + b with a = (b * 2) * 3: b is one step from the root and three steps away through a.
+    Breadth-first lists b right after a, before c = b * 2, which uses it."""
+    b = minitorch.tensor(host((3,), "paths-b"), device="cpu", requires_grad=True)
+    c = b * 2.0
+    a = c * 3.0
+    root = a + b
+    order = backprop().topological_order(root)
+    check_order(list(order), root, {"root": root, "a": a, "b": b, "c": c})
+
+
 @pytest.mark.hint("a deep network exceeds Python's recursion limit (1000): use an explicit stack, not recursion")
 def test_topological_order_of_a_deep_chain():
     x = minitorch.tensor([1.0], device="cpu", requires_grad=True)
@@ -462,7 +486,7 @@ def test_no_grad_records_nothing():
 # ---------------------------------------------------------------- the deliverable: XOR
 
 
-@pytest.mark.timeout(600)  # 5000 epochs: about 50 s on the emulator with the grader's launch tracing
+@pytest.mark.timeout(600)  # 5000 epochs, replayed from a graph: about 10 s on the emulator
 @pytest.mark.hint("the XOR network of the lab, retrained with your kernels, your autograd and your SGD: 5000 epochs "
                   "must bring the loss below 0.01")
 def test_xor_trains():
@@ -472,8 +496,8 @@ def test_xor_trains():
                            ("backward.cu", "mse_loss"), ("backward.cu", "mse_backward"), ("sgd.cu", "sgd_momentum")):
         checks.require_launch(file, function)
     if not np.isfinite(losses[-1]) or losses[-1] >= 0.01:
-        raise GradeError(f"XOR: the loss after {len(losses)} epochs is {losses[-1]:.4g}, not below 0.01 "
-                         f"(epoch 1: {losses[0]:.4g}, epoch {len(losses) // 2}: {losses[len(losses) // 2]:.4g})")
+        raise GradeError(f"XOR: the loss after {XOR_EPOCHS} epochs is {losses[-1]:.4g}, not below 0.01 "
+                         f"(epoch 1: {losses[0]:.4g}, epoch {XOR_EPOCHS // 2 + 1}: {losses[1]:.4g})")
     truth = XOR_Y.ravel() > 0.5
     if not np.array_equal(pred > 0.5, truth):
         rows = ", ".join(f"{a} xor {b} -> {p:.3f}" for (a, b), p in zip(XOR_X.astype(int), pred, strict=True))

@@ -194,3 +194,20 @@ def test_naive_transpose_as_tiled_fails_the_bandwidth_threshold(tmp_path):
     [check] = results(report, "test_perf_transpose_tiled_bandwidth")
     assert check["result"] == "FAIL", check
     assert re.search(r"at least \d\.\d\dx is needed \(phase2\.transpose_tiled", check["reason"]), check
+
+
+@needs_emu
+@pytest.mark.slow
+def test_transpose_launched_with_32_by_32_blocks_is_rejected(tmp_path):
+    """Exercise 4 read as 'blocks of TILE x TILE threads': right values (four threads write each element,
+    the same value), a race all the same; the launch shape is checked."""
+    files = solution_sources()
+    files["transpose.py"] = replace_once(files["transpose.py"],
+                                         "    kernel(grid, (TILE, BLOCK_ROWS), (a, out, np.int32(rows), np.int32(cols)))\n",
+                                         "    kernel(grid, (TILE, TILE), (a, out, np.int32(rows), np.int32(cols)))\n")
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_transpose_launches_32_by_8_blocks")
+    found = results(report, "test_transpose_launches_32_by_8_blocks")
+    assert len(found) == 2, report
+    for check in found:
+        assert check["result"] == "FAIL" and "expected (32, 8)" in check["reason"], check
+        assert "32 x 8" in check["hint"]

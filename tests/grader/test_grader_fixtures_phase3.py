@@ -177,3 +177,27 @@ def test_recursive_topological_order_is_rejected(tmp_path):
     assert all(c["result"] == "PASS" for c in results(report, "test_topological_order_of_a_diamond"))
     [check] = failed(report, "test_topological_order_of_a_deep_chain")
     assert "recursion limit" in check["reason"], check["reason"]
+
+
+def test_breadth_first_order_is_rejected_by_the_ordering_test(tmp_path):
+    """Breadth-first order passes a diamond; the ordering test itself must reject it (not blame the
+    gradient accumulation, which the learner's backpropagate does right)."""
+    files = solution_sources()
+    text = files["backprop.py"]
+    start, end = text.index("    ### BEGIN SOLUTION\n"), text.index("    ### END SOLUTION\n")
+    files["backprop.py"] = text[:start] + (
+        "    from collections import deque\n"
+        "    order, seen, queue = [], {id(root)}, deque([root])\n"
+        "    while queue:\n"
+        "        t = queue.popleft()\n"
+        "        order.append(t)\n"
+        "        for x in (t.grad_fn.inputs if t.grad_fn else ()):\n"
+        "            if id(x) not in seen:\n"
+        "                seen.add(id(x))\n"
+        "                queue.append(x)\n"
+        "    return order\n") + text[end + len("    ### END SOLUTION\n"):]
+    report = grade(tmp_path, "phase3b", files, "test_topological_order")
+    assert all(c["result"] == "PASS" for c in results(report, "test_topological_order_of_a_diamond"))
+    [check] = failed(report, "test_topological_order_with_a_short_and_a_long_path")
+    assert "comes before c, which uses it" in check["reason"], check["reason"]
+    assert "breadth-first" in check["hint"], check["hint"]
