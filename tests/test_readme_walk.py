@@ -77,7 +77,8 @@ def test_readme_gets_a_newcomer_to_a_running_kernel_without_a_gpu(tmp_path):
     walk = [*steps, *(headless if c in lab else c for c in no_gpu)]
     out = run(" && ".join(walk), clone, env)
     ran = json.loads((tmp_path / "ran.ipynb").read_text())
-    printed = "".join(o.get("text", "") for c in ran["cells"] for o in c.get("outputs", []))
+    texts = [o.get("text", "") for c in ran["cells"] for o in c.get("outputs", [])]
+    printed = "".join("".join(t) if isinstance(t, list) else t for t in texts)
     assert "first kernel ran on emu" in printed, printed
     assert "wrote memory.cu" in printed and "compiled for 'emu'" in printed, printed
     assert re.search(r"\d+\.\d+\.\d+", out)  # jupyter lab --version
