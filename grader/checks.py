@@ -267,6 +267,32 @@ def launch_checked(what: str, fn: Callable[[], Any]) -> Any:
     return result
 
 
+# ---------------------------------------------------------------- grid-stride contracts
+
+SMALL_GRID, SMALL_BLOCK = 3, 64  # 192 threads: far fewer than the elements of any grid-stride test
+GRID_CAP_ELEMENTS = 16384 * 256 + 1001  # past what the labs' capped launchers cover with one element a thread
+
+
+def assert_grid_stride(what: str, kernel: Any, args: tuple, outputs: dict[str, tuple[Any, Any]], *,
+                       rtol: float = 1e-6, atol: float = 0.0, grid: int = SMALL_GRID, block: int = SMALL_BLOCK) -> None:
+    """Launch the learner's `kernel` itself with a deliberately small grid (3 blocks of 64 threads) and
+    check every element of each output ({name: (device array, float64 expected)}). A kernel written one
+    thread per element (a bounds check, no loop) passes every test whose launcher gives it enough blocks,
+    and leaves elements unwritten once the data outgrow the launcher's grid cap."""
+    launch_checked(what, lambda: kernel((grid,), (block,), args))
+    for name, (out, expected) in outputs.items():
+        host_out = np.asarray(to_host(out))
+        try:
+            assert_close(host_out, expected, rtol=rtol, atol=atol, what=f"{what}: {name}")
+        except GradeError as err:
+            written = int(np.count_nonzero(~is_poison(host_out)))
+            if 0 < written < host_out.size:
+                raise GradeError(f"{err}\n  only {written} of {host_out.size} elements were written by the "
+                                 f"{grid} x {block} = {grid * block} threads: loop with a grid stride "
+                                 f"(i += gridDim.x * blockDim.x) so that any grid covers any n") from None
+            raise
+
+
 # ---------------------------------------------------------------- launch records
 
 

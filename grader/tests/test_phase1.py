@@ -62,7 +62,7 @@ def check_small_grid(out, expected: np.ndarray, what: str) -> None:
     try:
         checks.assert_close(host, expected, rtol=0, what=what)
     except GradeError as err:
-        written = int(np.count_nonzero(~np.isnan(host)))
+        written = int(np.count_nonzero(~checks.is_poison(host)))
         if 0 < written < host.size:
             raise GradeError(f"{err}\n  only {written} of {host.size} elements were written by the 3 x 64 = 192 "
                              f"threads: a grid-stride loop lets any grid cover any n") from None

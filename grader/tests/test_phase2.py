@@ -147,11 +147,21 @@ def test_elementwise_kernel_small_grid_covers_all(op):
     try:
         check_elementwise(op, out, inputs, s, f"{op} kernel launched with grid 3 x block 64 for n={n}")
     except GradeError as err:
-        written = int(np.count_nonzero(~np.isnan(checks.to_host(out))))
+        written = int(np.count_nonzero(~checks.is_poison(checks.to_host(out))))
         if 0 < written < n:
             raise GradeError(f"{err}\n  only {written} of {n} elements were written by the 3 x 64 = 192 threads: "
                              f"a grid-stride loop lets any grid cover any n") from None
         raise
+
+
+@pytest.mark.parametrize("op", [on_kernel("elementwise.cu", op, op) for op in ELEMENTWISE])
+@pytest.mark.hint("past 16,384 blocks the launcher caps the grid: each thread must then loop over several elements")
+def test_elementwise_launcher_past_the_grid_cap(op):
+    n = checks.GRID_CAP_ELEMENTS
+    inputs, s = elementwise_inputs(op, n, "cap"), random_scalar(op, "cap")
+    device_inputs, out = [backend.asarray(v) for v in inputs], checks.poison(n)
+    launch_checked(f"elementwise.{op}(n={n})", lambda: run_elementwise(op, device_inputs, out, s))
+    check_elementwise(op, out, inputs, s, f"elementwise.{op} with n={n}, past the launcher's grid cap")
 
 
 @pytest.mark.parametrize("op, n", [on_kernel("elementwise.cu", op, op, n) for op in ELEMENTWISE

@@ -34,6 +34,47 @@ def sigmoid64(x: np.ndarray) -> np.ndarray:
         return np.where(x >= 0, 1 / (1 + np.exp(-x)), np.exp(x) / (1 + np.exp(x)))
 
 
+# ---------------------------------------------------------------- grid-stride contracts
+
+
+@ADD_BIAS
+@pytest.mark.hint("a grid-stride loop over rows * cols: for (i = global index; i < n; i += gridDim.x * blockDim.x)")
+def test_add_bias_kernel_small_grid_covers_all():
+    rows, cols = 97, 103
+    x, bias = host((rows, cols), "grid-x"), host(cols, "grid-b")
+    out = checks.poison((rows, cols))
+    checks.assert_grid_stride(
+        f"add_bias launched with grid 3 x block 64 for a {rows} x {cols} matrix", kernels.load_kernel("forward.cu", "add_bias"),
+        (backend.asarray(x), backend.asarray(bias), out, np.int32(rows), np.int32(cols)),
+        {"out": (out, x.astype(np.float64) + bias)})
+
+
+@SIGMOID
+@pytest.mark.hint("a grid-stride loop: for (i = global index; i < n; i += gridDim.x * blockDim.x)")
+def test_sigmoid_kernel_small_grid_covers_all():
+    n = 10_007
+    x, out = host(n, "grid-sigmoid"), checks.poison(n)
+    checks.assert_grid_stride(f"sigmoid launched with grid 3 x block 64 for n={n}", kernels.load_kernel("forward.cu", "sigmoid"),
+                              (backend.asarray(x), out, np.int64(n)), {"out": (out, sigmoid64(x))})
+
+
+@pytest.mark.parametrize("op", ["add_bias", "sigmoid"])
+@pytest.mark.hint("past 16,384 blocks the launcher caps the grid: each thread must then loop over several elements")
+def test_launchers_past_the_grid_cap(op):
+    n = checks.GRID_CAP_ELEMENTS
+    if op == "add_bias":
+        rows, cols = n // 7, 7
+        x, bias = host((rows, cols), "cap-x"), host(cols, "cap-b")
+        out = checks.poison((rows, cols))
+        launch_checked(f"forward.add_bias of a {rows} x {cols} matrix",
+                       lambda: forward().add_bias(backend.asarray(x), backend.asarray(bias), out))
+        checks.assert_close(out, x.astype(np.float64) + bias, rtol=1e-6, what=f"add_bias of {rows} x {cols}")
+    else:
+        x, out = host(n, "cap-sigmoid"), checks.poison(n)
+        launch_checked(f"forward.sigmoid of {n} elements", lambda: forward().sigmoid(backend.asarray(x), out))
+        checks.assert_close(out, sigmoid64(x), rtol=1e-5, atol=1e-7, what=f"sigmoid of {n} elements")
+
+
 # ---------------------------------------------------------------- add_bias
 
 

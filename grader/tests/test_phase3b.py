@@ -11,6 +11,7 @@ pass on the cpu device (NumPy only: none of the learner's code runs in a referen
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -56,6 +57,87 @@ def backprop():
 def launch(what: str, expected_kernel: tuple[str, str], fn: Callable[[], object]) -> None:
     with checks.expect_launch(*expected_kernel):
         launch_checked(what, fn)
+
+
+# ---------------------------------------------------------------- grid-stride contracts
+
+GRID_N = 10_007  # far more elements than the 3 x 64 threads of a deliberately small grid
+
+
+def _small_grid_cases() -> dict[str, Callable[[], None]]:
+    """Each backward kernel launched by the grader itself with a small grid, over every element."""
+    def kernel(name: str, file: str = "backward.cu") -> Any:
+        return kernels.load_kernel(file, name)
+
+    def elementwise(name: str, first: np.ndarray, grad: np.ndarray, expected: np.ndarray) -> None:
+        out = checks.poison(GRID_N)
+        checks.assert_grid_stride(f"{name} launched with grid 3 x block 64 for n={GRID_N}", kernel(name),
+                                  (backend.asarray(first), backend.asarray(grad), out, np.int64(GRID_N)),
+                                  {"grad_in": (out, expected)})
+
+    def sigmoid_backward() -> None:
+        y = (1 / (1 + np.exp(-host(GRID_N, "grid-y")))).astype(np.float32)
+        g = host(GRID_N, "grid-g")
+        elementwise("sigmoid_backward", y, g, g.astype(np.float64) * y * (1 - y.astype(np.float64)))
+
+    def relu_backward() -> None:
+        x, g = relu_input(GRID_N, "grid"), host(GRID_N, "grid-g")
+        elementwise("relu_backward", x, g, np.where(x > 0, g, 0).astype(np.float64))
+
+    def mse_backward() -> None:
+        p, t, out = host(GRID_N, "grid-p"), host(GRID_N, "grid-t"), checks.poison(GRID_N)
+        checks.assert_grid_stride(
+            f"mse_backward launched with grid 3 x block 64 for n={GRID_N}", kernel("mse_backward"),
+            (backend.asarray(p), backend.asarray(t), out, np.float32(0.5), np.int64(GRID_N)),
+            {"grad": (out, 0.5 * 2 * (p.astype(np.float64) - t) / GRID_N)}, rtol=1e-5)
+
+    def mse_loss() -> None:
+        p, t, loss = host(GRID_N, "grid-p"), host(GRID_N, "grid-t"), backend.zeros(1)
+        checks.assert_grid_stride(
+            f"mse_loss launched with grid 3 x block 64 for n={GRID_N} (loss zeroed first)", kernel("mse_loss"),
+            (backend.asarray(p), backend.asarray(t), loss, np.int64(GRID_N)),
+            {"loss": (loss, [np.mean((p.astype(np.float64) - t) ** 2)])}, rtol=1e-4)
+
+    def bias_grad() -> None:
+        rows, cols = 5, 1001
+        g, out = host((rows, cols), "grid-bias"), checks.poison(cols)
+        checks.assert_grid_stride(
+            f"bias_grad launched with grid 3 x block 64 for {rows} x {cols}", kernel("bias_grad"),
+            (backend.asarray(g), out, np.int32(rows), np.int32(cols)),
+            {"grad_bias": (out, g.astype(np.float64).sum(axis=0))}, rtol=1e-5, atol=1e-6)
+
+    def sgd_momentum() -> None:
+        param, grad, vel = host(GRID_N, "grid-param"), host(GRID_N, "grid-grad"), host(GRID_N, "grid-vel")
+        p_dev, v_dev = backend.asarray(param), backend.asarray(vel)
+        v_ref = 0.9 * vel.astype(np.float64) + grad
+        checks.assert_grid_stride(
+            f"sgd_momentum launched with grid 3 x block 64 for n={GRID_N}", kernel("sgd_momentum", "sgd.cu"),
+            (p_dev, backend.asarray(grad), v_dev, np.float32(0.125), np.float32(0.9), np.int64(GRID_N)),
+            {"velocity": (v_dev, v_ref), "param": (p_dev, param - 0.125 * v_ref)}, rtol=1e-5, atol=1e-6)
+
+    return {"sigmoid_backward": sigmoid_backward, "relu_backward": relu_backward, "mse_backward": mse_backward,
+            "mse_loss": mse_loss, "bias_grad": bias_grad, "sgd_momentum": sgd_momentum}
+
+
+@pytest.mark.parametrize("kernel_name", list(_small_grid_cases()))
+@pytest.mark.hint("a grid-stride loop: for (i = global index; i < n; i += gridDim.x * blockDim.x)")
+def test_backward_kernels_small_grid_cover_all(kernel_name):
+    _small_grid_cases()[kernel_name]()
+
+
+@pytest.mark.hint("past 16,384 blocks the launcher caps the grid: each thread must then loop over several elements")
+def test_launchers_past_the_grid_cap():
+    n = checks.GRID_CAP_ELEMENTS
+    y = (1 / (1 + np.exp(-host(n, "cap-y")))).astype(np.float32)
+    g, out = host(n, "cap-g"), checks.poison(n)
+    launch_checked(f"backward.sigmoid_backward of {n} elements",
+                   lambda: backward().sigmoid_backward(backend.asarray(y), backend.asarray(g), out))
+    checks.assert_close(out, g.astype(np.float64) * y * (1 - y.astype(np.float64)), rtol=1e-5, atol=1e-7,
+                        what=f"sigmoid_backward of {n} elements")
+    p_dev, v_dev = backend.asarray(y), backend.zeros(n)
+    launch_checked(f"sgd.sgd_momentum of {n} elements",
+                   lambda: sgd().sgd_momentum(p_dev, backend.asarray(g), v_dev, 0.5, 0.0))
+    checks.assert_close(p_dev, y - 0.5 * g.astype(np.float64), rtol=1e-5, atol=1e-6, what=f"sgd_momentum of {n}")
 
 
 # ---------------------------------------------------------------- sigmoid and ReLU backward

@@ -201,3 +201,26 @@ def test_breadth_first_order_is_rejected_by_the_ordering_test(tmp_path):
     [check] = failed(report, "test_topological_order_with_a_short_and_a_long_path")
     assert "comes before c, which uses it" in check["reason"], check["reason"]
     assert "breadth-first" in check["hint"], check["hint"]
+
+
+ONE_THREAD_PER_ELEMENT = "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {\n"
+
+
+@pytest.mark.parametrize("phase, file, kernel, test", [
+    ("phase3a", "forward.cu", "add_bias", "test_add_bias_kernel_small_grid_covers_all"),
+    ("phase3b", "backward.cu", "sigmoid_backward", "test_backward_kernels_small_grid_cover_all[sigmoid_backward]"),
+])
+def test_one_thread_per_element_kernel_is_rejected_by_the_small_grid(tmp_path, phase, file, kernel, test):
+    """A bounds check and no loop: right whenever the launcher gives one thread per element, wrong once the
+    data outgrow the capped grid (the sales deliverable's 5.2 M elements on a GPU). The small grid shows it."""
+    files = solution_sources()
+    text = files[file]
+    start = text.index(f"void {kernel}(")
+    loop = text.index("    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {\n",
+                      start)
+    files[file] = text[:loop] + ONE_THREAD_PER_ELEMENT + text[loop + len(
+        "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {\n"):]
+    report = grade(tmp_path, phase, files, test.split("[")[0])
+    [check] = [c for c in failed(report, test.split("[")[0]) if c["name"] == test]
+    assert "elements were written by the 3 x 64 = 192 threads" in check["reason"], check["reason"]
+    assert "grid-stride" in check["hint"] or "grid stride" in check["reason"], check
