@@ -318,6 +318,68 @@ def expect_launch(file: str, function: str) -> Iterator[None]:
     require_launch(file, function)
 
 
+def _pointer(a: Any) -> int | None:
+    """The device address of an array (CuPy: .data.ptr; the emulator: .ptr), None for anything else."""
+    data = getattr(a, "data", None)
+    ptr = getattr(data, "ptr", None) if data is not None and not isinstance(a, np.ndarray) else None
+    if ptr is None:
+        ptr = getattr(a, "ptr", None)
+    return int(ptr) if isinstance(ptr, (int, np.integer)) else None
+
+
+def assert_computed_on_device(what: str, call: Callable[[], Any], inputs: tuple = (), outputs: tuple = (),
+                              in_place: tuple = (), *, rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Run a launcher, then launch the kernels it launched again, by the grader, into fresh buffers, and
+    require the same results: a result the launcher wrote another way (computed on the host with NumPy and
+    copied in after a launch, say) is not what its kernels compute.
+
+    `inputs` are the arrays given to the launcher that it must only read; `outputs` are written (their
+    fresh copies start at zero, as do the launcher's own scratch buffers, which are found by address);
+    `in_place` are read and written (their fresh copies start at the values they had before the call)."""
+    from minitorch import backend, kernels
+
+    before = {_pointer(a): to_host(a).copy() for a in in_place}
+    with kernels.recording() as launches:
+        launch_checked(what, call)
+    if not launches:
+        raise GradeError(f"{what}: no kernel launch was recorded: the result was computed without your kernels")
+    keep = {_pointer(a) for a in inputs}
+    fresh: dict[int, Any] = {}  # address -> a fresh buffer standing in for the one at that address
+    substitute: dict[int, Any] = {}  # id(argument) -> the fresh view to pass instead
+    for launch in launches:
+        for arg in launch.args:
+            ptr = _pointer(arg)
+            if ptr is None or ptr in keep or id(arg) in substitute:
+                continue
+            base = fresh.get(ptr)
+            if base is None:
+                base = fresh[ptr] = (backend.asarray(before[ptr]) if ptr in before
+                                     else backend.zeros(arg.shape, arg.dtype))
+            if base.size != arg.size:
+                return  # the same address seen with another size (a slice): nothing this check can compare
+            substitute[id(arg)] = base.reshape(arg.shape)
+    backend.synchronize()
+    for launch in launches:
+        launch.replay(substitute)
+    backend.synchronize()
+    for name, a in [(f"output {i}", a) for i, a in enumerate(outputs)] + [
+            (f"in-place argument {i}", a) for i, a in enumerate(in_place)]:
+        replayed = fresh.get(_pointer(a))
+        if replayed is None:
+            raise GradeError(f"{what}: {name} was passed to none of your kernels: it was written another way")
+        got, again = np.asarray(to_host(a), np.float64), np.asarray(to_host(replayed), np.float64).reshape(
+            np.shape(to_host(a)))
+        with np.errstate(invalid="ignore"):
+            same = np.isclose(got, again, rtol=rtol, atol=atol, equal_nan=True)
+        if not same.all():
+            i = int(np.flatnonzero(~same.reshape(-1))[0])
+            raise GradeError(
+                f"{what}: {name} holds values your kernels did not compute: launching the same kernels again "
+                f"gives {again.reshape(-1)[i]!r} at index {i} where the launcher left {got.reshape(-1)[i]!r}. "
+                f"Compute the result on the device, with your kernel; do not write it from the host (NumPy, "
+                f"CuPy, .set(), asarray) after the launch")
+
+
 def expect_error(what: str, fn: Callable[[], Any], error: type[Exception], *must_name: str) -> None:
     """`fn` must raise `error` naming each of `must_name` (what was expected and what came), before
     launching any kernel: a launcher checks its arguments first."""

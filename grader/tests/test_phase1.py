@@ -305,3 +305,18 @@ def test_perf_transfer_bandwidth(direction, record_property):
         learner, reference = t.numpy, dev.get
     checks.perf_ratio(f"{direction} transfer", learner, reference, host.nbytes, "phase1.transfer",
                       record_property, reference_name="CuPy", flush_l2=False, hide_host_overhead=False)
+
+
+# ---------------------------------------------------------------- results written by your kernels
+
+
+@pytest.mark.parametrize("launcher", ["fill", "copy"])
+@pytest.mark.hint("compute the result with your kernel, on the device: no NumPy/CuPy result copied in after the launch")
+def test_results_come_from_your_kernels(launcher):
+    n = 4099
+    out = checks.poison(n)
+    if launcher == "fill":
+        checks.assert_computed_on_device("memory.fill", lambda: memory().fill(out, 1.5), outputs=(out,))
+    else:
+        src = backend.asarray(np.arange(n, dtype=np.float32))
+        checks.assert_computed_on_device("memory.copy", lambda: memory().copy(src, out), inputs=(src,), outputs=(out,))

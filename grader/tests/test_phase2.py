@@ -530,3 +530,23 @@ def test_perf_matmul_naive_vs_cublas(record_property):
     checks.perf_ratio(f"matmul_naive {size}^3", lambda: mm.matmul(a, b, out), lambda: cupy.matmul(a, b, out=ref),
                       2 * size**3, "phase2.matmul_naive", record_property, unit="GFLOP/s",
                       reference_name="cupy.matmul (cuBLAS)")
+
+
+# ---------------------------------------------------------------- results written by your kernels
+
+
+@pytest.mark.parametrize("launcher", [*ELEMENTWISE, "transpose", "matmul"])
+@pytest.mark.hint("compute the result with your kernel, on the device: no NumPy/CuPy result copied in after the launch")
+def test_results_come_from_your_kernels(launcher):
+    if launcher in ELEMENTWISE:
+        inputs, s = elementwise_inputs(launcher, 4099, "host-writes"), random_scalar(launcher, "host-writes")
+        device_inputs, out = [backend.asarray(v) for v in inputs], checks.poison(4099)
+        call = lambda: run_elementwise(launcher, device_inputs, out, s)  # noqa: E731
+    elif launcher == "transpose":
+        device_inputs, out = [backend.asarray(random_matrix((37, 70), "host-writes"))], checks.poison((70, 37))
+        call = lambda: transpose_module().transpose(device_inputs[0], out)  # noqa: E731
+    else:
+        device_inputs = [backend.asarray(random_matrix(s, "host-writes")) for s in ((33, 17), (17, 29))]
+        out = checks.poison((33, 29))
+        call = lambda: matmul_module().matmul(*device_inputs, out)  # noqa: E731
+    checks.assert_computed_on_device(launcher, call, inputs=tuple(device_inputs), outputs=(out,), rtol=1e-4)

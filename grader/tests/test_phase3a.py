@@ -278,3 +278,20 @@ def test_set_weights_layout():
     checks.assert_close(y, w, rtol=1e-6, what="Linear(2, 3) with weight W and bias 0 applied to the identity")
     ops_y = ops.add_bias(ops.matmul(minitorch.tensor(np.eye(2, dtype=np.float32)), layer.weight), layer.bias)
     checks.assert_close(ops_y, w, rtol=1e-6, what="ops.add_bias(ops.matmul(I, W), 0)")
+
+
+# ---------------------------------------------------------------- results written by your kernels
+
+
+@pytest.mark.parametrize("launcher", ["add_bias", "sigmoid"])
+@pytest.mark.hint("compute the result with your kernel, on the device: no NumPy/CuPy result copied in after the launch")
+def test_results_come_from_your_kernels(launcher):
+    x = backend.asarray(host((57, 31), "host-writes"))
+    out = checks.poison((57, 31))
+    if launcher == "add_bias":
+        bias = backend.asarray(host(31, "host-writes-b"))
+        checks.assert_computed_on_device("forward.add_bias", lambda: forward().add_bias(x, bias, out),
+                                         inputs=(x, bias), outputs=(out,))
+    else:
+        checks.assert_computed_on_device("forward.sigmoid", lambda: forward().sigmoid(x, out), inputs=(x,),
+                                         outputs=(out,))

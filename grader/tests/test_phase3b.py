@@ -584,3 +584,32 @@ def test_xor_trains():
     if not np.array_equal(pred > 0.5, truth):
         rows = ", ".join(f"{a} xor {b} -> {p:.3f}" for (a, b), p in zip(XOR_X.astype(int), pred, strict=True))
         raise GradeError(f"XOR: the predictions do not match the truth table: {rows}")
+
+
+# ---------------------------------------------------------------- results written by your kernels
+
+
+@pytest.mark.parametrize("launcher", ["sigmoid_backward", "relu_backward", "bias_grad", "mse_loss", "mse_backward",
+                                      "sgd_momentum"])
+@pytest.mark.hint("compute the result with your kernel, on the device: no NumPy/CuPy result copied in after the launch")
+def test_results_come_from_your_kernels(launcher):
+    n = 4099
+    a, b = backend.asarray(host(n, "host-writes-a")), backend.asarray(host(n, "host-writes-b"))
+    out = checks.poison(n)
+    if launcher in ("sigmoid_backward", "relu_backward"):
+        checks.assert_computed_on_device(launcher, lambda: getattr(backward(), launcher)(a, b, out), inputs=(a, b),
+                                         outputs=(out,))
+    elif launcher == "bias_grad":
+        g, gb = backend.asarray(host((37, 53), "host-writes-g")), checks.poison(53)
+        checks.assert_computed_on_device(launcher, lambda: backward().bias_grad(g, gb), inputs=(g,), outputs=(gb,))
+    elif launcher == "mse_loss":
+        loss = checks.poison(1)
+        checks.assert_computed_on_device(launcher, lambda: backward().mse_loss(a, b, loss), inputs=(a, b),
+                                         outputs=(loss,), rtol=1e-4)
+    elif launcher == "mse_backward":
+        checks.assert_computed_on_device(launcher, lambda: backward().mse_backward(a, b, out, 0.5), inputs=(a, b),
+                                         outputs=(out,))
+    else:
+        velocity = backend.asarray(host(n, "host-writes-v"))
+        checks.assert_computed_on_device(launcher, lambda: sgd().sgd_momentum(a, b, velocity, 0.1, 0.9), inputs=(b,),
+                                         in_place=(a, velocity))

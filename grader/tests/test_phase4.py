@@ -630,3 +630,24 @@ def test_perf_column_mean_var_tall_and_narrow(shape, record_property):
     checks.perf_ratio(f"column_mean_var {rows} x {cols}", lambda: red.column_mean_var(x, mean, var),
                       lambda: cupy.copyto(dst, src), 4 * rows * cols, "phase4.column_mean_var", record_property,
                       reference_name="cupy.copyto (bytes read + written)", reference_nbytes=8 * rows * cols)
+
+
+# ---------------------------------------------------------------- results written by your kernels
+
+
+@pytest.mark.parametrize("launcher", ["sum-atomic", "sum-shared", "sum-warp", "max", "column_mean_var"])
+@pytest.mark.hint("compute the result with your kernel, on the device: no NumPy/CuPy result copied in after the launch")
+def test_results_come_from_your_kernels(launcher):
+    x = backend.asarray(small_integers(70_001, "host-writes"))
+    out = checks.poison(1)
+    if launcher.startswith("sum"):
+        variant = launcher.split("-")[1]
+        checks.assert_computed_on_device(f"reduce.sum(variant={variant!r})", lambda: reduce().sum(x, out, variant),
+                                         inputs=(x,), outputs=(out,), rtol=1e-6)
+    elif launcher == "max":
+        checks.assert_computed_on_device("reduce.max", lambda: reduce().max(x, out), inputs=(x,), outputs=(out,))
+    else:
+        m = backend.asarray(small_integers(30_001 * 5, "host-writes-m").reshape(30_001, 5))
+        mean, var = checks.poison(5), checks.poison(5)
+        checks.assert_computed_on_device("reduce.column_mean_var", lambda: reduce().column_mean_var(m, mean, var),
+                                         inputs=(m,), outputs=(mean, var), rtol=1e-5)

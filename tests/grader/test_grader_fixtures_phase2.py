@@ -211,3 +211,21 @@ def test_transpose_launched_with_32_by_32_blocks_is_rejected(tmp_path):
     for check in found:
         assert check["result"] == "FAIL" and "expected (32, 8)" in check["reason"], check
         assert "32 x 8" in check["hint"]
+
+
+@needs_emu
+@pytest.mark.slow
+def test_launcher_that_overwrites_the_result_from_the_host_is_rejected(tmp_path):
+    """It launches the kernel (the launch count is satisfied), then writes NumPy's answer into out."""
+    files = solution_sources()
+    files["elementwise.py"] = replace_once(
+        files["elementwise.py"],
+        '    kernel = load_kernel("elementwise.cu", "add")\n'
+        "    kernel((blocks_for(out.size),), (THREADS,), (a, b, out, np.int64(out.size)))\n",
+        '    kernel = load_kernel("elementwise.cu", "add")\n'
+        "    kernel((1,), (1,), (a, b, out, np.int64(min(out.size, 1))))\n"
+        "    out.set(backend.asnumpy(a) + backend.asnumpy(b))  # the answer, computed on the host\n")
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_results_come_from_your_kernels or test_elementwise_values")
+    [check] = [c for c in results(report, "test_results_come_from_your_kernels") if c["name"].endswith("[add]")]
+    assert check["result"] == "FAIL" and "holds values your kernels did not compute" in check["reason"], check
+    assert all(c["result"] == "PASS" for c in results(report, "test_elementwise_values") if "[add" in c["name"])

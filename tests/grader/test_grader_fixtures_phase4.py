@@ -274,3 +274,16 @@ def test_atomic_only_launcher_fails_the_bandwidth_threshold(tmp_path):
                    device="cuda")
     [check] = checks_named(report, "test_perf_sum_against_copy_bandwidth")
     assert check["result"] == "FAIL" and "at least 0.70x is needed" in check["reason"], check
+
+
+def test_sum_overwritten_from_the_host_after_the_launch_is_rejected(tmp_path):
+    """One launch over one element (the launch count is satisfied), then NumPy's sum is copied into out."""
+    files = solution_sources()
+    files["reduce.py"] = replace_once(
+        files["reduce.py"], '    _two_pass(SUM_KERNELS[variant], x, out, zero_first=variant == "atomic")\n',
+        '    load_kernel("reduce.cu", SUM_KERNELS[variant])((1,), (THREADS,), (x, out, np.int64(min(x.size, 1))))\n'
+        '    out.set(np.array([backend.asnumpy(x).astype(np.float64).sum()], np.float32))  # from the host\n')
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_results_come_from_your_kernels")
+    sums = [c for c in checks_named(report, "test_results_come_from_your_kernels") if "[sum-" in c["name"]]
+    assert len(sums) == 3 and all(c["result"] == "FAIL" for c in sums), sums
+    assert all("holds values your kernels did not compute" in c["reason"] for c in sums), sums
