@@ -320,3 +320,49 @@ def test_results_come_from_your_kernels(launcher):
     else:
         src = backend.asarray(np.arange(n, dtype=np.float32))
         checks.assert_computed_on_device("memory.copy", lambda: memory().copy(src, out), inputs=(src,), outputs=(out,))
+
+
+# ---------------------------------------------------------------- past 2^31 elements (a GPU with the memory)
+
+HUGE = (1 << 31) + 4099  # more elements than a 32-bit int can index
+
+
+def _huge_arrays(count: int) -> None:
+    """Skip, saying why, unless this is a GPU with room for `count` arrays of HUGE floats."""
+    if backend.get_device() != "cuda":
+        pytest.skip("32-bit index overflow shows only at 2^31 elements, 8 GiB an array: checked on a GPU "
+                    "(the emulator does not have the memory)")
+    import cupy
+
+    free, _total = cupy.cuda.runtime.memGetInfo()
+    if free < count * HUGE * 4 + (1 << 30):
+        pytest.skip(f"needs {count * HUGE * 4 / 2**30:.0f} GiB of free GPU memory for 2^31 + 4099 floats "
+                    f"x {count}; this GPU has {free / 2**30:.0f} GiB free")
+
+
+@FILL
+@pytest.mark.hint("index with 64-bit integers (long long): an int overflows past 2^31 elements")
+def test_fill_past_2_to_the_31_elements():
+    _huge_arrays(1)
+    import cupy
+
+    out = cupy.full(HUGE, np.nan, dtype=np.float32)
+    launch_checked(f"memory.fill of {HUGE:,} elements", lambda: memory().fill(out, 3.0))
+    tail = checks.to_host(out[(1 << 31) - 4096:])
+    checks.assert_close(tail, np.full(tail.size, 3.0), rtol=0,
+                        what=f"the last {tail.size} of {HUGE:,} elements after memory.fill (around index 2^31)")
+
+
+@pytest.mark.kernel("memory.cu", "copy")
+@pytest.mark.hint("index with 64-bit integers (long long): an int overflows past 2^31 elements")
+def test_copy_past_2_to_the_31_elements():
+    _huge_arrays(2)
+    import cupy
+
+    src = cupy.arange(HUGE, dtype=np.float32)  # float32 of the index: distinct enough near 2^31 to spot a shift
+    dst = cupy.full(HUGE, np.nan, dtype=np.float32)
+    launch_checked(f"memory.copy of {HUGE:,} elements", lambda: memory().copy(src, dst))
+    lo = (1 << 31) - 4096
+    got, expected = checks.to_host(dst[lo:]), checks.to_host(src[lo:])
+    checks.assert_close(got, expected, rtol=0, what=f"the last {got.size} of {HUGE:,} elements after memory.copy")
+

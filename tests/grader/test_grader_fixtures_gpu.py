@@ -114,3 +114,31 @@ def test_too_few_blocks_fails_the_bandwidth_threshold(tmp_path):
     for name in ("test_perf_fill_bandwidth", "test_perf_copy_bandwidth"):
         [check] = results(report, name)
         assert check["result"] == "FAIL" and "at least 0.70x is needed" in check["reason"], check
+
+
+def test_32_bit_indices_fail_past_2_to_the_31_elements(tmp_path):
+    """int indices: right at every size the other tests use, wrong (or an illegal address) past 2^31."""
+    files = solution_sources()
+    files["memory.cu"] = files["memory.cu"].replace("long long stride", "int stride").replace(
+        "for (long long i = (long long)blockIdx.x", "for (int i = blockIdx.x")
+    assert "for (int i = blockIdx.x" in files["memory.cu"]
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_fill_past_2_to_the_31 or test_fill_odd_sizes",
+                   device="cuda", timeout=120)
+    assert all(c["result"] == "PASS" for c in results(report, "test_fill_odd_sizes"))
+    [check] = results(report, "test_fill_past_2_to_the_31_elements")
+    if check["result"] == "SKIP":
+        pytest.skip(check["reason"])
+    assert check["result"] in ("FAIL", "CRASH"), check
+    assert "64-bit" in check["hint"] or "illegal" in check["reason"].lower() or "differ" in check["reason"], check
+
+
+def test_a_stride_of_one_block_fails_the_bandwidth_threshold(tmp_path):
+    """i += blockDim.x: every block redoes the whole array. Right values, and 16,384 times the work."""
+    files = solution_sources()
+    files["memory.cu"] = replace_once(files["memory.cu"], "    long long stride = (long long)gridDim.x * blockDim.x;\n",
+                                      "    long long stride = blockDim.x;\n")
+    report = grade(tmp_path, files, "--no-notebook", "--require-perf", "-k", "test_fill_odd_sizes or test_perf_fill",
+                   device="cuda", timeout=240)
+    assert all(c["result"] == "PASS" for c in results(report, "test_fill_odd_sizes"))
+    [check] = results(report, "test_perf_fill_bandwidth")
+    assert check["result"] in ("FAIL", "TIMEOUT"), check
