@@ -135,8 +135,10 @@ def test_32_bit_indices_fail_past_2_to_the_31_elements(tmp_path):
 def test_a_stride_of_one_block_fails_the_bandwidth_threshold(tmp_path):
     """i += blockDim.x: every block redoes the whole array. Right values, and 16,384 times the work."""
     files = solution_sources()
-    files["memory.cu"] = replace_once(files["memory.cu"], "    long long stride = (long long)gridDim.x * blockDim.x;\n",
-                                      "    long long stride = blockDim.x;\n")
+    cu = files["memory.cu"]
+    copy_at = cu.index('extern "C" __global__ void copy')  # fill's loop only
+    files["memory.cu"] = replace_once(cu[:copy_at], "    long long stride = (long long)gridDim.x * blockDim.x;\n",
+                                      "    long long stride = blockDim.x;\n") + cu[copy_at:]
     report = grade(tmp_path, files, "--no-notebook", "--require-perf", "-k", "test_fill_odd_sizes or test_perf_fill",
                    device="cuda", timeout=240)
     assert all(c["result"] == "PASS" for c in results(report, "test_fill_odd_sizes"))
