@@ -229,3 +229,19 @@ def test_launcher_that_overwrites_the_result_from_the_host_is_rejected(tmp_path)
     [check] = [c for c in results(report, "test_results_come_from_your_kernels") if c["name"].endswith("[add]")]
     assert check["result"] == "FAIL" and "holds values your kernels did not compute" in check["reason"], check
     assert all(c["result"] == "PASS" for c in results(report, "test_elementwise_values") if "[add" in c["name"])
+
+
+@needs_emu
+@pytest.mark.slow
+def test_a_read_just_past_the_end_is_caught_by_the_bounds_test(tmp_path):
+    """relu reads a[i + 1] (multiplied by 0: the values stay right). For n = 1 that read lands in the few
+    alignment bytes after the array, where the emulator's default guard cannot see it: the bounds tests
+    run in check mode, which does."""
+    files = solution_sources()
+    files["elementwise.cu"] = replace_once(files["elementwise.cu"], RELU_STORE,
+                                           "        out[i] = (x > 0.0f ? x : 0.0f) + 0.0f * fabsf(a[i + 1]);\n")
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_elementwise_kernel_no_write_past_n")
+    bad = [c for c in results(report, "test_elementwise_kernel_no_write_past_n") if "relu" in c["name"]]
+    by_n = {c["name"].rsplit("-", 1)[-1].rstrip("]"): c for c in bad}
+    for n in ("1", "31"):  # 4 and 124 bytes: the read lands in the alignment bytes, before the guard page
+        assert by_n[n]["result"] in ("FAIL", "CRASH") and "out-of-bounds read" in by_n[n]["reason"], by_n[n]

@@ -10,6 +10,7 @@ data directory (never the repository's).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -287,3 +288,46 @@ def test_sum_overwritten_from_the_host_after_the_launch_is_rejected(tmp_path):
     sums = [c for c in checks_named(report, "test_results_come_from_your_kernels") if "[sum-" in c["name"]]
     assert len(sums) == 3 and all(c["result"] == "FAIL" for c in sums), sums
     assert all("holds values your kernels did not compute" in c["reason"] for c in sums), sums
+
+
+def test_early_return_before_a_barrier_is_rejected_on_the_emulator(tmp_path):
+    """Idle threads leave the tree with `return` while the others still reach __syncthreads(): the values
+    are right (and a current GPU runs it), but it is undefined behaviour, and Lab 4 forbids it."""
+    files = solution_sources()
+    files["reduce.cu"] = replace_once(
+        files["reduce.cu"],
+        "    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {\n"
+        "        if (tid < s) {\n"
+        "            cache[tid] += cache[tid + s];\n"
+        "        }\n"
+        "        __syncthreads();\n"
+        "    }\n",
+        "    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {\n"
+        "        if (tid >= s) return;  // idle threads leave early\n"
+        "        cache[tid] += cache[tid + s];\n"
+        "        __syncthreads();\n"
+        "    }\n")
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_sum_kernel_any_grid_and_block")
+    shared = [c for c in checks_named(report, "test_sum_kernel_any_grid_and_block") if "shared" in c["name"]]
+    assert shared and all(c["result"] in ("FAIL", "CRASH") for c in shared), shared
+    # Whether the emulator sees a divergence (a thread gone while others wait) or an early return (a warning
+    # the grader turns into a failure), the report names barriers and the advice is never to return early.
+    assert all(re.search(r"barrier divergence|returned before a __syncthreads", c["reason"]) for c in shared), shared
+    assert all(re.search(r"never return early|keep every thread alive", c["hint"]) for c in shared), shared
+
+
+def test_idle_threads_returning_at_the_start_are_rejected_on_the_emulator(tmp_path):
+    """Threads with no element return before the first __syncthreads() that the others reach: the emulator
+    warns (today's GPUs run it), and the grader turns that warning into a failure naming the line."""
+    files = solution_sources()
+    cu = files["reduce.cu"]
+    start = cu.index("void sum_shared(")  # its first lines (sum_warp has the same two)
+    old = "    cache[tid] = thread_sum(x, n);\n    __syncthreads();\n"
+    new = "    if ((long long)blockIdx.x * blockDim.x + tid >= n) return;  // no element: nothing to add\n" + old
+    files["reduce.cu"] = cu[:start] + cu[start:].replace(old, new, 1)
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_sum_every_element_once")
+    shared = [c for c in checks_named(report, "test_sum_every_element_once")
+              if "shared" in c["name"] and c["result"] != "PASS"]
+    assert shared, checks_named(report, "test_sum_every_element_once")
+    assert all(c["result"] in ("FAIL", "CRASH") for c in shared), shared
+    assert all(re.search(r"barrier divergence|returned before", c["reason"]) for c in shared), shared
