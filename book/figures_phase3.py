@@ -57,7 +57,7 @@ def phase3_xor(loss_name: str = "fig-phase3-xor-loss", boundary_name: str = "fig
     [boundary] = _rows(res, "boundary").values()
 
     fig, ax = plt.subplots(figsize=(7.5, 3.2))
-    styles = {"minitorch": dict(color=BLUE, lw=2, label="minitorch (your kernels)"),
+    styles = {"minitorch": dict(color=BLUE, lw=2, label="minitorch (reference kernels)"),
               "pytorch": dict(color=ORANGE, lw=1.2, ls="--", label="PyTorch, same initial weights")}
     for framework, row in curves.items():
         ax.semilogy(row["epoch"], np.maximum(row["loss"], 1e-16), **styles[framework])

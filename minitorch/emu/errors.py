@@ -7,7 +7,7 @@ from typing import Any
 from .compiler import CompileError
 
 __all__ = ["ArgumentWarning", "BarrierWarning", "CompileError", "EmuWarning", "KernelFault", "LaunchError",
-           "ScheduleMismatch"]
+           "OutOfMemoryError", "ScheduleMismatch"]
 
 
 class LaunchError(RuntimeError):
@@ -62,3 +62,17 @@ class ArgumentWarning(EmuWarning):
 class BarrierWarning(EmuWarning):
     """Threads exited before a __syncthreads() that the others reached (undefined behaviour that
     usually works on GPUs)."""
+
+
+class OutOfMemoryError(MemoryError):
+    """An allocation past the emulator's device-memory limit (``MINITORCH_EMU_MEMORY``).
+
+    The same kind of error as CuPy's ``cupy.cuda.memory.OutOfMemoryError`` (both are ``MemoryError``s):
+    the allocation fails, nothing is allocated, and the process goes on."""
+
+    def __init__(self, size: int, in_use: int, limit: int) -> None:
+        self.size, self.in_use, self.limit = size, in_use, limit
+        super().__init__(
+            f"Out of memory allocating {size:,} bytes (allocated so far: {in_use:,} bytes; the emulator's "
+            f"device-memory limit is {limit:,} bytes, set by MINITORCH_EMU_MEMORY). Check the shape you "
+            f"asked for, or free tensors you no longer need.")

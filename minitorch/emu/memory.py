@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import math
+import os
+import re
 import threading
 import weakref
 from collections.abc import Sequence
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from . import graph, rt
+from .errors import OutOfMemoryError
 
 ALIGN = 16
 CANARY = 0xA5
@@ -26,6 +29,75 @@ FRONT_CANARY = 64   # bytes before the data that are checked after each launch
 
 _registry: dict[int, weakref.ref[_Buffer]] = {}
 _reg_lock = threading.Lock()
+
+# Device-memory limit: like a GPU's size, so one mistyped shape raises OutOfMemoryError instead of
+# getting the process killed by the operating system. Bytes mapped (guard pages included) count.
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 10**3, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12,
+          "tib": 1 << 40}
+_SPARE_FRACTION = 0.8    # of the host memory available when the first buffer is allocated
+_in_use = 0
+_limit: int | None = None
+
+
+def parse_size(text: str) -> int:
+    """``"8GiB"``, ``"512 MB"``, ``"1e9"`` or ``"4096"`` as a number of bytes."""
+    m = re.fullmatch(r"\s*([0-9.eE+]+)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _UNITS:
+        raise ValueError(f"MINITORCH_EMU_MEMORY must be a size such as 8GiB, 512MB or 4096 (bytes), "
+                         f"not {text!r}")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+def _host_can_spare() -> int:
+    """A share of the memory the host has available now (MemAvailable), or of its physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(int(line.split()[1]) * 1024 * _SPARE_FRACTION)
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * _SPARE_FRACTION / 2)
+
+
+def memory_limit() -> int:
+    """The emulator's device-memory limit in bytes: MINITORCH_EMU_MEMORY, else what the host can spare."""
+    global _limit
+    if _limit is None:
+        text = os.environ.get("MINITORCH_EMU_MEMORY", "").strip()
+        _limit = parse_size(text) if text else _host_can_spare()
+    return _limit
+
+
+def set_memory_limit(nbytes: int | str | None) -> None:
+    """Set the device-memory limit (bytes or a size string); None goes back to the default."""
+    global _limit
+    _limit = None if nbytes is None else parse_size(nbytes) if isinstance(nbytes, str) else int(nbytes)
+
+
+def memory_in_use() -> int:
+    """Bytes the emulator's live device buffers hold (guard pages included)."""
+    return _in_use
+
+
+def _reserve(nbytes: int) -> int:
+    """Count an allocation of nbytes against the limit; returns the bytes counted."""
+    global _in_use
+    counted = (math.ceil((nbytes + ALIGN) / 4096) + 2) * 4096   # data, alignment and two guard pages
+    limit = memory_limit()
+    with _reg_lock:
+        if _in_use + counted > limit:
+            raise OutOfMemoryError(nbytes, _in_use, limit)
+        _in_use += counted
+    return counted
+
+
+def _release(counted: int) -> None:
+    global _in_use
+    with _reg_lock:
+        _in_use -= counted
 
 
 class _Buffer:
@@ -35,10 +107,12 @@ class _Buffer:
 
     def __init__(self, nbytes: int) -> None:
         lib = rt.lib()
+        counted = _reserve(nbytes)
         lo, ln = ctypes.c_ulonglong(), ctypes.c_ulonglong()
         ptr = lib.emu_alloc(nbytes, ALIGN, ctypes.byref(lo), ctypes.byref(ln))
         if not ptr:
-            raise MemoryError(f"cudaErrorMemoryAllocation: out of memory allocating {nbytes} bytes")
+            _release(counted)
+            raise OutOfMemoryError(nbytes, _in_use, memory_limit())
         self.ptr = int(ptr)
         self.nbytes = int(nbytes)
         self.map_lo = lo.value
@@ -51,7 +125,7 @@ class _Buffer:
             ctypes.memset(self.ptr - front, CANARY, front)
         with _reg_lock:
             _registry[self.map_lo] = weakref.ref(self)
-        weakref.finalize(self, _free, self.map_lo, self.map_len)
+        weakref.finalize(self, _free, self.map_lo, self.map_len, counted)
 
     @property
     def data_end_page(self) -> int:
@@ -88,7 +162,8 @@ class _Buffer:
             ctypes.memset(self.ptr - self.front_len, CANARY, self.front_len)
 
 
-def _free(map_lo: int, map_len: int) -> None:
+def _free(map_lo: int, map_len: int, counted: int = 0) -> None:
+    _release(counted)
     with _reg_lock:
         _registry.pop(map_lo, None)
     try:
