@@ -52,7 +52,7 @@ print("alive", tuple(x.shape))
 def test_limit_counts_live_buffers_and_frees_them():
     old = memory._limit
     try:
-        gc.collect()   # buffers of earlier tests still waiting for the collector would be freed mid-test
+        gc.collect()  # garbage of earlier tests freed now, not in the middle of this count
         before = memory.memory_in_use()
         memory.set_memory_limit(before + (8 << 20))
         a = memory.zeros(1 << 20, np.float32)   # 4 MiB
