@@ -74,7 +74,7 @@ def test_readme_gets_a_newcomer_to_a_running_kernel_without_a_gpu(tmp_path):
     assert lab == ["jupyter lab labs/phase1_memory.ipynb"], no_gpu
     headless = (f"jupyter lab --version && jupyter nbconvert --to notebook --execute "
                 f"--ExecutePreprocessor.timeout=300 --output {tmp_path / 'ran.ipynb'} {notebook}")
-    walk = [*steps, *(headless if c in lab else c for c in no_gpu)]
+    walk = [*steps, *(headless if c in lab else c for c in no_gpu), "grader status"]
     out = run(" && ".join(walk), clone, env)
     ran = json.loads((tmp_path / "ran.ipynb").read_text())
     texts = [o.get("text", "") for c in ran["cells"] for o in c.get("outputs", [])]
@@ -82,3 +82,4 @@ def test_readme_gets_a_newcomer_to_a_running_kernel_without_a_gpu(tmp_path):
     assert "first kernel ran on emu" in printed, printed
     assert "wrote memory.cu" in printed and "compiled for 'emu'" in printed, printed
     assert re.search(r"\d+\.\d+\.\d+", out)  # jupyter lab --version
+    assert re.search(r"phase1 .*UNLOCKED", out) and re.search(r"phase2 .*LOCKED", out), out  # grader status
