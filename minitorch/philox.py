@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["M0", "M1", "W0", "W1", "philox4x32", "random_uint32", "uniform"]
+__all__ = ["M0", "M1", "W0", "W1", "normal", "philox4x32", "random_uint32", "uniform"]
 
 M0, M1 = 0xD2511F53, 0xCD9E8D57  # round multipliers
 W0, W1 = 0x9E3779B9, 0xBB67AE85  # Weyl key increments (golden ratio, sqrt(3) - 1)
@@ -59,3 +59,16 @@ def uniform(n: int, seed: int, offset: int = 0) -> np.ndarray:
     """``n`` float32 uniforms in (0, 1): ``(2 * (word >> 9) + 1) * 2**-24``, exact in float32."""
     k = random_uint32(n, seed, offset) >> np.uint32(9)
     return ((2 * k.astype(np.float32) + 1) * np.float32(2.0 ** -24)).astype(np.float32)
+
+
+def normal(n: int, seed: int, offset: int = 0) -> np.ndarray:
+    """``n`` float32 standard normals by Box-Muller on consecutive uniform pairs (u1, u2):
+    ``r = sqrt(-2 ln u1)``, ``z0 = r cos(2 pi u2)``, ``z1 = r sin(2 pi u2)``, computed in float64 and
+    rounded to float32 (a GPU's double-precision log/sin/cos may differ from the host's by an ulp of
+    float64, which changes the float32 result only at rare rounding boundaries)."""
+    u = uniform(2 * ((n + 1) // 2), seed, offset).astype(np.float64)
+    u1, u2 = u[0::2], u[1::2]
+    r = np.sqrt(-2.0 * np.log(u1))
+    z = np.empty(u.size, dtype=np.float64)
+    z[0::2], z[1::2] = r * np.cos(2 * np.pi * u2), r * np.sin(2 * np.pi * u2)
+    return z[:n].astype(np.float32)
