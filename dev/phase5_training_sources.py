@@ -79,3 +79,80 @@ SOURCES = {"adam.cu": ADAM_CU, "adam.py": ADAM_PY}
 def file_text(cell: str) -> str:
     """The text a %%kernel/%%module cell writes: the cell without its magic line."""
     return cell.split("\n", 1)[1]
+
+POOL_PY = r'''%%module pool.py
+"""A caching allocator: freed blocks are kept per size class and handed out again."""
+from collections import defaultdict
+
+MIN_BLOCK = 512  # bytes; every request is rounded up to a power of two, at least this
+
+
+def size_class(nbytes: int) -> int:
+    """The block size that serves a request of ``nbytes``: the next power of two >= MIN_BLOCK."""
+    if nbytes < 0:
+        raise ValueError(f"size_class: nbytes must be >= 0, got {nbytes}")
+    size = MIN_BLOCK
+    while size < nbytes:
+        size *= 2
+    return size
+
+
+class CachingPool:
+    """``malloc(nbytes) -> handle``, ``free(handle)``; ``raw_malloc(size) -> handle`` and
+    ``raw_free(handle)`` are the device's own calls, used only on a miss and on ``release()``."""
+
+    def __init__(self, raw_malloc, raw_free):
+        self.raw_malloc, self.raw_free = raw_malloc, raw_free
+        ### BEGIN SOLUTION
+        # HINT: a dict size -> list of free handles, and a dict handle -> size for blocks in use.
+        self.free_blocks = defaultdict(list)
+        self.in_use = {}
+        self.bytes_in_use = self.bytes_cached = self.peak = 0
+        self.hits = self.misses = 0
+        ### END SOLUTION
+
+    def malloc(self, nbytes: int):
+        ### BEGIN SOLUTION
+        size = size_class(nbytes)
+        if self.free_blocks[size]:
+            handle = self.free_blocks[size].pop()
+            self.bytes_cached -= size
+            self.hits += 1
+        else:
+            handle = self.raw_malloc(size)
+            self.misses += 1
+        self.in_use[handle] = size
+        self.bytes_in_use += size
+        self.peak = max(self.peak, self.bytes_in_use)
+        return handle
+        ### END SOLUTION
+
+    def free(self, handle) -> None:
+        ### BEGIN SOLUTION
+        if handle not in self.in_use:
+            raise ValueError(f"free: {handle!r} is not a block this pool handed out (double free?)")
+        size = self.in_use.pop(handle)
+        self.bytes_in_use -= size
+        self.free_blocks[size].append(handle)
+        self.bytes_cached += size
+        ### END SOLUTION
+
+    def release(self) -> int:
+        """Give every cached (free) block back to the device; returns the bytes released."""
+        ### BEGIN SOLUTION
+        released = 0
+        for size, handles in self.free_blocks.items():
+            for handle in handles:
+                self.raw_free(handle)
+                released += size
+        self.free_blocks.clear()
+        self.bytes_cached = 0
+        return released
+        ### END SOLUTION
+
+    def stats(self) -> dict:
+        return {"bytes_in_use": self.bytes_in_use, "bytes_cached": self.bytes_cached,
+                "peak": self.peak, "hits": self.hits, "misses": self.misses}
+'''
+
+SOURCES["pool.py"] = POOL_PY
