@@ -2,7 +2,7 @@
 
 A module's parameters are the tensors with ``requires_grad=True`` among its attributes, and those of
 its sub-modules (attributes that are modules, or lists, tuples and dicts of them), found in the order
-they were assigned. ``Sequential`` arrives in Phase 5.
+they were assigned. ``Sequential`` (Phase 5) chains modules.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from minitorch import backend, functional
 from minitorch.tensor import DTypeLike, Tensor, _check_device, check_dtype
 
-__all__ = ["Linear", "Module", "ReLU", "Sigmoid"]
+__all__ = ["Linear", "Module", "ReLU", "Sequential", "Sigmoid"]
 
 
 class Module:
@@ -190,3 +190,48 @@ class ReLU(Module):
     def forward(self, x: Tensor) -> Tensor:
         return functional.relu(x)
 
+
+
+class Sequential(Module):
+    """Modules applied in order: ``Sequential(Linear(4, 8), ReLU(), Linear(8, 1))(x)``.
+
+    Parameters are named by position (``0.weight``, ``2.bias``), as in PyTorch, so a state dict of a
+    Sequential loads into another Sequential of the same layers. Indexing with an integer gives a
+    layer; a slice gives a new Sequential sharing those layers.
+    """
+
+    def __init__(self, *modules: Module) -> None:
+        for i, m in enumerate(modules):
+            if not isinstance(m, Module):
+                raise TypeError(f"Sequential: argument {i} is a {type(m).__name__}, not a minitorch nn.Module")
+        self._modules: dict[str, Module] = {str(i): m for i, m in enumerate(modules)}
+
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        yield from self._modules.items()
+
+    def forward(self, x: Any) -> Any:
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(list(self._modules.values()))
+
+    def __getitem__(self, index: int | slice) -> Module:
+        layers = list(self._modules.values())
+        if isinstance(index, slice):
+            return Sequential(*layers[index])
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"Sequential indices must be integers or slices, got {type(index).__name__}")
+        if not -len(layers) <= index < len(layers):
+            raise IndexError(f"Sequential index {index} out of range for {len(layers)} layers")
+        return layers[index]
+
+    def append(self, module: Module) -> Sequential:
+        if not isinstance(module, Module):
+            raise TypeError(f"Sequential.append: expected a minitorch nn.Module, got {type(module).__name__}")
+        self._modules[str(len(self._modules))] = module
+        return self
