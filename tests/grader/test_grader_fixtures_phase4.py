@@ -331,3 +331,21 @@ def test_idle_threads_returning_at_the_start_are_rejected_on_the_emulator(tmp_pa
     assert shared, checks_named(report, "test_sum_every_element_once")
     assert all(c["result"] in ("FAIL", "CRASH") for c in shared), shared
     assert all(re.search(r"barrier divergence|returned before", c["reason"]) for c in shared), shared
+
+
+@needs_emu
+def test_one_thread_per_element_sum_is_rejected_by_the_small_grid(tmp_path):
+    """thread_sum adding one element a thread (a bounds check, no grid-stride loop): every sum the launcher
+    makes below its 16,384-block cap is right; a kernel launched with a 3 x 64 grid misses elements."""
+    files = solution_sources()
+    cu = files["reduce.cu"]
+    start = cu.index("float thread_sum(")
+    old = "    long long stride = (long long)gridDim.x * blockDim.x;\n"
+    assert cu[start:].count(old) >= 1, "fixture out of date with the solution"
+    # a stride of n: the unrolled loop never runs and the tail adds x[i] once, for i < n only
+    files["reduce.cu"] = cu[:start] + cu[start:].replace(old, "    long long stride = n;  // one element a thread\n", 1)
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_sum_kernel_any_grid_and_block")
+    checks = checks_named(report, "test_sum_kernel_any_grid_and_block")
+    bad = [c for c in checks if c["result"] != "PASS"]
+    assert bad and all(c["result"] == "FAIL" for c in bad), checks
+    assert all("grid-stride loop" in c["hint"] for c in bad), bad
