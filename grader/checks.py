@@ -281,16 +281,25 @@ def assert_grid_stride(what: str, kernel: Any, args: tuple, outputs: dict[str, t
     and leaves elements unwritten once the data outgrow the launcher's grid cap."""
     launch_checked(what, lambda: kernel((grid,), (block,), args))
     for name, (out, expected) in outputs.items():
+        with grid_stride_advice(out, grid, block):
+            assert_close(to_host(out), expected, rtol=rtol, atol=atol, what=f"{what}: {name}")
+
+
+@contextlib.contextmanager
+def grid_stride_advice(out: Any, grid: int = SMALL_GRID, block: int = SMALL_BLOCK) -> Iterator[None]:
+    """Around the value check of a kernel launched with `grid` x `block` threads: when it fails with only
+    part of the poisoned `out` written, add that count and the grid-stride advice to the error (for checks
+    that compare values their own way, e.g. with per-op tolerances)."""
+    try:
+        yield
+    except GradeError as err:
         host_out = np.asarray(to_host(out))
-        try:
-            assert_close(host_out, expected, rtol=rtol, atol=atol, what=f"{what}: {name}")
-        except GradeError as err:
-            written = int(np.count_nonzero(~is_poison(host_out)))
-            if 0 < written < host_out.size:
-                raise GradeError(f"{err}\n  only {written} of {host_out.size} elements were written by the "
-                                 f"{grid} x {block} = {grid * block} threads: loop with a grid stride "
-                                 f"(i += gridDim.x * blockDim.x) so that any grid covers any n") from None
-            raise
+        written = int(np.count_nonzero(~is_poison(host_out)))
+        if 0 < written < host_out.size:
+            raise GradeError(f"{err}\n  only {written} of {host_out.size} elements were written by the "
+                             f"{grid} x {block} = {grid * block} threads: a grid-stride loop "
+                             f"(i += gridDim.x * blockDim.x) lets any grid cover any n") from None
+        raise
 
 
 # ---------------------------------------------------------------- launch records

@@ -56,19 +56,6 @@ def random_value(*salt: object) -> float:
 
 
 
-def check_small_grid(out, expected: np.ndarray, what: str) -> None:
-    """Compare; when only the first grid's worth of elements is right, say why."""
-    host = checks.to_host(out)
-    try:
-        checks.assert_close(host, expected, rtol=0, what=what)
-    except GradeError as err:
-        written = int(np.count_nonzero(~checks.is_poison(host)))
-        if 0 < written < host.size:
-            raise GradeError(f"{err}\n  only {written} of {host.size} elements were written by the 3 x 64 = 192 "
-                             f"threads: a grid-stride loop lets any grid cover any n") from None
-        raise
-
-
 # ---------------------------------------------------------------- host <-> device
 
 
@@ -113,9 +100,9 @@ def test_fill_multidimensional(shape):
 def test_fill_kernel_small_grid_covers_all():
     n, value = 10_007, random_value("fill-grid")
     out = checks.poison(n)
-    kernel = kernels.load_kernel("memory.cu", "fill")
-    launch_checked("fill with grid 3 x block 64", lambda: kernel((3,), (64,), (out, np.float32(value), np.int64(n))))
-    check_small_grid(out, np.full(n, value), f"fill kernel launched with grid 3 x block 64 for n={n}")
+    checks.assert_grid_stride(f"fill kernel launched with grid 3 x block 64 for n={n}",
+                              kernels.load_kernel("memory.cu", "fill"), (out, np.float32(value), np.int64(n)),
+                              {"out": (out, np.full(n, value))}, rtol=0)
 
 
 @FILL
@@ -172,9 +159,26 @@ def test_copy_kernel_small_grid_covers_all():
     n = 10_007
     src_host = checks.rng("copy-grid").standard_normal(n).astype(np.float32)
     src, dst = backend.asarray(src_host), checks.poison(n)
-    kernel = kernels.load_kernel("memory.cu", "copy")
-    launch_checked("copy with grid 3 x block 64", lambda: kernel((3,), (64,), (src, dst, np.int64(n))))
-    check_small_grid(dst, src_host.astype(np.float64), f"copy kernel launched with grid 3 x block 64 for n={n}")
+    checks.assert_grid_stride(f"copy kernel launched with grid 3 x block 64 for n={n}",
+                              kernels.load_kernel("memory.cu", "copy"), (src, dst, np.int64(n)),
+                              {"dst": (dst, src_host.astype(np.float64))}, rtol=0)
+
+
+@pytest.mark.parametrize("launcher", [pytest.param("fill", marks=FILL), pytest.param("copy", marks=COPY)])
+@pytest.mark.hint("past 16,384 blocks the launcher caps the grid: each thread must then loop over several elements")
+def test_launchers_past_the_grid_cap(launcher):
+    n = checks.GRID_CAP_ELEMENTS
+    out = checks.poison(n)
+    if launcher == "fill":
+        value = random_value("fill-cap")
+        launch_checked(f"memory.fill(n={n})", lambda: memory().fill(out, value))
+        expected = np.full(n, value)
+    else:
+        src_host = checks.rng("copy-cap").standard_normal(n).astype(np.float32)
+        src = backend.asarray(src_host)
+        launch_checked(f"memory.copy(n={n})", lambda: memory().copy(src, out))
+        expected = src_host.astype(np.float64)
+    checks.assert_close(out, expected, rtol=0, what=f"memory.{launcher} with n={n}, past the launcher's grid cap")
 
 
 @COPY

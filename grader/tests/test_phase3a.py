@@ -75,6 +75,22 @@ def test_launchers_past_the_grid_cap(op):
         checks.assert_close(out, sigmoid64(x), rtol=1e-5, atol=1e-7, what=f"sigmoid of {n} elements")
 
 
+@pytest.mark.parametrize("op", [pytest.param("add_bias", marks=ADD_BIAS), pytest.param("sigmoid", marks=SIGMOID)])
+@pytest.mark.hint("read x[i] and bias[c] only for i < rows * cols and c < cols")
+def test_kernels_no_read_past_end(op):
+    """Arrays of 21 and 7 floats (sizes not a multiple of 16 bytes), checked at the first byte past each
+    (the emulator's check mode, on emu)."""
+    x, out = host((3, 7), "bounds-x", op), checks.poison((3, 7))
+    if op == "add_bias":
+        bias = host(7, "bounds-b")
+        launch_checked("forward.add_bias of a 3 x 7 matrix",
+                       lambda: forward().add_bias(backend.asarray(x), backend.asarray(bias), out))
+        checks.assert_close(out, x.astype(np.float64) + bias, rtol=1e-6, what="add_bias of 3 x 7")
+    else:
+        launch_checked("forward.sigmoid of 3 x 7", lambda: forward().sigmoid(backend.asarray(x), out))
+        checks.assert_close(out, sigmoid64(x), rtol=1e-5, atol=1e-7, what="sigmoid of 3 x 7")
+
+
 # ---------------------------------------------------------------- add_bias
 
 

@@ -107,6 +107,15 @@ def test_sum_mixed_magnitudes(variant):
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("n", [7, 4099])  # 28 and 16,396 bytes: not a multiple of 16
+@pytest.mark.hint("read x[i] only for i < n, in the unrolled loop and in its tail")
+def test_sum_kernel_no_read_past_end(variant, n):
+    """Exactly n elements, checked at the first byte past them (the emulator's check mode, on emu)."""
+    host = small_integers(n, "bounds", variant)
+    check_sum(device_sum(host, variant), host, f"reduce.sum(variant={variant!r}) of {n} small integers", exact=True)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.hint("the sum of no elements is 0.0: out must be written even when x is empty")
 def test_sum_of_empty_is_zero(variant):
     got = device_sum(np.zeros(0, np.float32), variant, expect_launch=False)
@@ -233,6 +242,14 @@ def test_max_propagates_nan(where):
     got = device_max(host)
     if not math.isnan(got):
         raise GradeError(f"reduce.max of 4099 values with a NaN at index {where}: got {got!r}, expected NaN")
+
+
+@MAX
+@pytest.mark.parametrize("n", [7, 4099])
+@pytest.mark.hint("read x[i] only for i < n, in the unrolled loop and in its tail")
+def test_max_kernel_no_read_past_end(n):
+    host = (-1.0 - np.abs(checks.rng("max-bounds", n).standard_normal(n))).astype(np.float32)
+    check_max(device_max(host), host, f"reduce.max of {n} negative values")
 
 
 @MAX

@@ -221,3 +221,39 @@ def test_grade_all_writes_one_row_per_submission(tmp_path):
     assert rows["alice"]["passed"] == "True", rows["alice"]
     assert rows["bob"]["passed"] == "False" and "no phase1_memory.ipynb" in rows["bob"]["failed_checks"]
     assert not (tmp_path / "progress.json").exists()  # instructors' runs record nothing
+
+
+# ---------------------------------------------------------------- blind spots (issue 15, kinds 1 and 3)
+
+
+def test_one_thread_per_element_fill_is_rejected_by_the_small_grid(tmp_path):
+    """A bounds check and no loop: right whenever the launcher gives one thread per element, wrong once n
+    outgrows the capped grid. The graded kernel launch with a 3 x 64 grid shows it on the emulator."""
+    files = solution_sources()
+    files["memory.cu"] = replace_once(
+        files["memory.cu"],
+        "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {\n"
+        "        out[i] = value;\n",
+        "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    if (i < n) {  // one element a thread, no loop\n"
+        "        out[i] = value;\n")
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_fill_kernel_small_grid_covers_all")
+    [check] = results(report, "test_fill_kernel_small_grid_covers_all")
+    assert check["result"] == "FAIL", check
+    assert "only 192 of" in check["reason"] and "grid-stride loop" in check["reason"], check["reason"]
+
+
+def test_fill_launcher_overwriting_the_result_from_the_host_is_rejected(tmp_path):
+    """The kernel is launched (the launch record is satisfied, the values are right), then NumPy's answer is
+    copied in: replaying the recorded launches into a fresh output tells the two apart."""
+    files = solution_sources()
+    files["memory.py"] = replace_once(
+        files["memory.py"],
+        '    kernel((blocks_for(n),), (THREADS,), (out, np.float32(value), np.int64(n)))\n',
+        '    kernel((1,), (THREADS,), (out, np.float32(value), np.int64(min(n, 1))))\n'
+        '    out.set(np.full(out.shape, value, dtype=np.float32))  # from the host\n')
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_results_come_from_your_kernels")
+    fills = [c for c in results(report, "test_results_come_from_your_kernels") if "fill" in c["name"]]
+    assert fills and all(c["result"] == "FAIL" for c in fills), fills
+    assert all("holds values your kernels did not compute" in c["reason"] for c in fills), fills
+    assert all("no NumPy/CuPy result copied in" in c["hint"] for c in fills), fills

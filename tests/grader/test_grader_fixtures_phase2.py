@@ -245,3 +245,21 @@ def test_a_read_just_past_the_end_is_caught_by_the_bounds_test(tmp_path):
     by_n = {c["name"].rsplit("-", 1)[-1].rstrip("]"): c for c in bad}
     for n in ("1", "31"):  # 4 and 124 bytes: the read lands in the alignment bytes, before the guard page
         assert by_n[n]["result"] in ("FAIL", "CRASH") and "out-of-bounds read" in by_n[n]["reason"], by_n[n]
+
+
+@needs_emu
+@pytest.mark.slow
+def test_tiled_transpose_returning_before_the_barrier_is_rejected(tmp_path):
+    """Threads past the last column return before __syncthreads() while the rest of their block waits
+    there: undefined behaviour in CUDA (today's GPUs happen to run it). The emulator sees it at the barrier
+    and the grader fails the test with the barrier named, whatever the values."""
+    files = solution_sources()
+    cu = files["transpose.cu"]
+    start = cu.index("void transpose_tiled(")
+    old = "    int col = blockIdx.x * TILE + threadIdx.x;\n"
+    files["transpose.cu"] = cu[:start] + cu[start:].replace(
+        old, old + "    if (col >= cols) return;  // no column to load\n", 1)
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_transpose_values and transpose_tiled and 31")
+    ragged = [c for c in results(report, "test_transpose_values") if c["result"] != "PASS"]
+    assert ragged and all(c["result"] in ("FAIL", "CRASH") for c in ragged), report["checks"]
+    assert all(re.search(r"barrier divergence|returned before a __syncthreads", c["reason"]) for c in ragged), ragged

@@ -223,4 +223,20 @@ def test_one_thread_per_element_kernel_is_rejected_by_the_small_grid(tmp_path, p
     report = grade(tmp_path, phase, files, test.split("[")[0])
     [check] = [c for c in failed(report, test.split("[")[0]) if c["name"] == test]
     assert "elements were written by the 3 x 64 = 192 threads" in check["reason"], check["reason"]
-    assert "grid-stride" in check["hint"] or "grid stride" in check["reason"], check
+    assert "grid-stride loop" in check["reason"], check
+
+
+def test_sigmoid_launcher_overwriting_the_result_from_the_host_is_rejected(tmp_path):
+    """sigmoid launches its kernel over one element, then copies NumPy's answer over the output: the values
+    are right, a launch is recorded, and only replaying the launches into a fresh output shows that the
+    result came from the host."""
+    files = solution_sources()
+    launch = "    kernel((blocks_for(x.size),), (THREADS,), (x, out, np.int64(x.size)))\n"
+    files["forward.py"] = replace_once(
+        files["forward.py"], launch,
+        "    kernel((1,), (THREADS,), (x, out, np.int64(min(x.size, 1))))  # one element: a launch recorded\n"
+        "    x_host = x.get().astype(np.float64)\n"
+        "    out.set((1 / (1 + np.exp(-x_host))).astype(np.float32))  # from the host\n")
+    report = grade(tmp_path, "phase3a", files, "test_results_come_from_your_kernels")
+    [check] = [c for c in failed(report, "test_results_come_from_your_kernels") if "sigmoid" in c["name"]]
+    assert "holds values your kernels did not compute" in check["reason"], check["reason"]

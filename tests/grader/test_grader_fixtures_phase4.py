@@ -331,3 +331,37 @@ def test_idle_threads_returning_at_the_start_are_rejected_on_the_emulator(tmp_pa
     assert shared, checks_named(report, "test_sum_every_element_once")
     assert all(c["result"] in ("FAIL", "CRASH") for c in shared), shared
     assert all(re.search(r"barrier divergence|returned before", c["reason"]) for c in shared), shared
+
+
+@needs_emu
+def test_one_thread_per_element_sum_is_rejected_by_the_small_grid(tmp_path):
+    """thread_sum adding one element a thread (a bounds check, no grid-stride loop): every sum the launcher
+    makes below its 16,384-block cap is right; a kernel launched with a 3 x 64 grid misses elements."""
+    files = solution_sources()
+    cu = files["reduce.cu"]
+    start = cu.index("float thread_sum(")
+    old = "    long long stride = (long long)gridDim.x * blockDim.x;\n"
+    assert cu[start:].count(old) >= 1, "fixture out of date with the solution"
+    # a stride of n: the unrolled loop never runs and the tail adds x[i] once, for i < n only
+    files["reduce.cu"] = cu[:start] + cu[start:].replace(old, "    long long stride = n;  // one element a thread\n", 1)
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_sum_kernel_any_grid_and_block")
+    checks = checks_named(report, "test_sum_kernel_any_grid_and_block")
+    bad = [c for c in checks if c["result"] != "PASS"]
+    assert bad and all(c["result"] == "FAIL" for c in bad), checks
+    assert all("grid-stride loop" in c["hint"] for c in bad), bad
+
+
+@needs_emu
+def test_a_read_one_element_past_the_end_is_caught_by_the_bounds_test(tmp_path):
+    """thread_sum's tail loop runs to i <= n: it reads x[n]. For n = 7 (28 bytes) that byte lies in the
+    alignment gap before the guard page, which the emulator's default mode does not watch; the bounds test
+    runs its check mode, which names the out-of-bounds read."""
+    files = solution_sources()
+    files["reduce.cu"] = replace_once(files["reduce.cu"], "    for (; i < n; i += stride) {\n        a += x[i];\n",
+                                      "    for (; i <= n; i += stride) {\n        a += x[i];\n")
+    report = grade(tmp_path, files, "--no-notebook", "-k", "test_sum_kernel_no_read_past_end")
+    checks = checks_named(report, "test_sum_kernel_no_read_past_end")
+    trees = [c for c in checks if "shared" in c["name"] or "warp" in c["name"]]
+    assert len(trees) == 4 and all(c["result"] in ("FAIL", "CRASH") for c in trees), checks
+    assert all("out-of-bounds" in c["reason"] for c in trees), trees
+    assert all(c["result"] == "PASS" for c in checks if "atomic" in c["name"]), checks  # no thread_sum there
