@@ -22,12 +22,12 @@ def _fresh_launch_records():
 
 @pytest.fixture(autouse=True)
 def _exact_bounds_on_the_emulator(request):
-    """The bounds tests of 1-D kernels (`*_past_n`) run the emulator in its check mode: its default guard
+    """The bounds tests of 1-D kernels (`*_past_n`, `*_no_read_past_end`) run the emulator in its check mode: its default guard
     catches a read past the end of an array only beyond the few alignment bytes after it (up to 12), the
     check mode at the first byte. Elsewhere the default mode keeps grading fast (and a tiled kernel's
     missing bound is reported as the out-of-bounds access it is, not as the uninitialised tile it reads)."""
     name = request.node.name.split("[")[0]
-    if not name.endswith("_past_n"):
+    if not (name.endswith("_past_n") or name.endswith("_no_read_past_end")):
         yield
         return
     from minitorch import backend
