@@ -15,8 +15,9 @@ class Phase:
     requires: str | None
     # Lab notebook stem (solutions/<lab>.ipynb -> labs/<lab>.ipynb); None while unpublished.
     lab: str | None = None
-    # Graded test module inside grader/tests/; None while unpublished.
-    tests: str | None = None
+    # Graded test module(s) inside grader/tests/; None while unpublished. A phase may list several
+    # files; one not written yet is skipped (see ``test_files``).
+    tests: str | tuple[str, ...] | None = None
     # Learner files (relative to the workspace) whose sha256 is recorded when the phase passes.
     learner_files: tuple[str, ...] = field(default_factory=tuple)
     # Phases whose checks run CUDA C: they need --device cuda or emu.
@@ -25,6 +26,13 @@ class Phase:
     @property
     def published(self) -> bool:
         return self.lab is not None and self.tests is not None
+
+    @property
+    def test_files(self) -> tuple[str, ...]:
+        """The graded test modules, as a tuple (empty while unpublished)."""
+        if self.tests is None:
+            return ()
+        return (self.tests,) if isinstance(self.tests, str) else tuple(self.tests)
 
     @property
     def number(self) -> str:
@@ -53,7 +61,9 @@ PHASES: dict[str, Phase] = _chain(
         learner_files=("backward.cu", "backward.py", "sgd.cu", "sgd.py", "backprop.py"))),
     ("phase4", "Reductions and real data (sales.tsv)", dict(
         lab="phase4_reductions", tests="test_phase4.py", learner_files=("reduce.cu", "reduce.py"))),
-    ("phase5", "Making it fast (GEMM ladder, memory pool, Sequential, Adam, init)", {}),
+    ("phase5", "Making it fast (GEMM ladder, memory pool, Sequential, Adam, init)", dict(
+        lab="phase5_fast", tests=("test_phase5.py", "test_phase5_training.py"),
+        learner_files=("gemm.cu", "gemm.py"))),
     ("phase6", "CNNs and MNIST", {}),
     ("phase7", "Transformers and Tiny Shakespeare GPT", {}),
     ("phase8", "Expert track (FlashAttention, tensor cores, mixed precision)", {}),

@@ -88,10 +88,19 @@ def _failure_hint(result: str, reason: str, marker_hint: str | None, kernel: str
     return marker_hint or ""
 
 
+def graded_test_files(phase: Phase, opts: CheckOptions) -> list[Path]:
+    """The test modules to run: ``opts.tests_file`` if given, else the phase's files in grader/tests/
+    that exist (a phase may list one that is not written yet); the first one listed if none does."""
+    if opts.tests_file:
+        return [Path(opts.tests_file).resolve()]
+    listed = [(paths.GRADED_TESTS_DIR / name).resolve() for name in phase.test_files]
+    return [p for p in listed if p.exists()] or listed[:1]
+
+
 def run_tests_step(phase: Phase, env: dict[str, str], work: Path, opts: CheckOptions) -> tuple[list[CheckResult], str | None]:
     """Run the graded tests; returns their results and the device they reported."""
-    test_file = Path(opts.tests_file or paths.GRADED_TESTS_DIR / phase.tests).resolve()
-    rootdir = test_file.parent  # node ids are relative to it (used to re-run the remaining tests)
+    test_paths = graded_test_files(phase, opts)
+    rootdir = test_paths[0].parent  # node ids are relative to it (used to re-run the remaining tests)
     use_timeout = has_pytest_timeout()
     per_test = max(1, int(opts.timeout_s))
     step_timeout = opts.step_timeout_s or max(600.0, per_test * 20.0)
@@ -111,7 +120,7 @@ def run_tests_step(phase: Phase, env: dict[str, str], work: Path, opts: CheckOpt
             cmd += [f"--timeout={per_test}", "--timeout-method=thread"]
         if opts.select:
             cmd += ["-k", opts.select]
-        cmd += [str(rootdir / n) for n in remaining] if remaining is not None else [str(test_file)]
+        cmd += [str(rootdir / n) for n in remaining] if remaining is not None else [str(p) for p in test_paths]
         rc, output = run_isolated(cmd, env=env, cwd=work, timeout_s=step_timeout)
         events = read_events(results_file)
         starts: dict[str, dict[str, Any]] = {}

@@ -69,6 +69,8 @@ KERNEL_FILES: dict[str, LearnerFile] = {
     **{name: LearnerFile("phase4", "labs/phase4_reductions.ipynb", cell) for name, cell in (
         ("reduce.cu", "Exercise 1: the reduction ladder"),
         ("reduce.py", "Exercise 2: launching reductions"))},
+    "gemm.cu": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 1: the SGEMM ladder"),
+    "gemm.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 2: launching the ladder"),
 }
 
 
