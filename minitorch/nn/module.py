@@ -1,23 +1,22 @@
-"""Layers: ``Module`` (parameters, state dicts, save/load), ``Linear``, ``Sigmoid``, ``ReLU``.
+"""``Module`` (parameters, state dicts, save/load) and the containers that hold modules (``Sequential``).
 
 A module's parameters are the tensors with ``requires_grad=True`` among its attributes, and those of
 its sub-modules (attributes that are modules, or lists, tuples and dicts of them), found in the order
-they were assigned. ``Sequential`` (Phase 5) chains modules.
+they were assigned.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from minitorch import backend, functional
-from minitorch.tensor import DTypeLike, Tensor, _check_device, check_dtype
+from minitorch import backend
+from minitorch.tensor import Tensor, _check_device, check_dtype
 
-__all__ = ["Linear", "Module", "ReLU", "Sequential", "Sigmoid"]
+__all__ = ["Module", "Sequential"]
 
 
 class Module:
@@ -121,75 +120,6 @@ class Module:
 def _assign(t: Tensor, value: np.ndarray) -> None:
     """Replace a parameter's values from the host, keeping the tensor object (optimizers hold it)."""
     t._data = backend.get_backend(t.device).asarray(np.ascontiguousarray(value, dtype=t.dtype))
-
-
-class Linear(Module):
-    """y = x @ W + b, with W of shape (in_features, out_features) and b of shape (out_features,).
-
-    The weight is stored (in, out), the transpose of PyTorch's (out, in), so the forward is one matmul
-    of the (batch, in) input with no transpose. Initial values are uniform in ±1/sqrt(in_features), as
-    in PyTorch, drawn on the host from ``seed``.
-    """
-
-    def __init__(self, in_features: int, out_features: int, *, bias: bool = True, device: str | None = None,
-                 dtype: DTypeLike = None, seed: int | None = None) -> None:
-        for name, value in (("in_features", in_features), ("out_features", out_features)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-                raise ValueError(f"Linear: {name} must be a non-negative integer, got {value!r}")
-        self.in_features, self.out_features = int(in_features), int(out_features)
-        device = _check_device(device)
-        dt = check_dtype(dtype, device)
-        rng = np.random.default_rng(seed)
-        bound = 1.0 / math.sqrt(in_features) if in_features else 0.0
-        w = rng.uniform(-bound, bound, (in_features, out_features)).astype(dt)
-        self.weight = Tensor(backend.get_backend(device).asarray(w), device, requires_grad=True)
-        self.bias: Tensor | None = None
-        if bias:
-            b = rng.uniform(-bound, bound, (out_features,)).astype(dt)
-            self.bias = Tensor(backend.get_backend(device).asarray(b), device, requires_grad=True)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not isinstance(x, Tensor):
-            raise TypeError(f"Linear expects a minitorch Tensor, got {type(x).__name__}")
-        if x.ndim != 2 or x.shape[1] != self.in_features:
-            raise ValueError(f"Linear({self.in_features}, {self.out_features}) expects an input of shape "
-                             f"(batch, {self.in_features}), got {x.shape}")
-        y = x @ self.weight
-        return y + self.bias if self.bias is not None else y
-
-    def set_weights(self, weight: Any, bias: Any = None) -> None:
-        """Set the weight (in_features, out_features) and the bias (out_features,) from host values."""
-        w = np.asarray(weight, dtype=np.float64)
-        expected = (self.in_features, self.out_features)
-        if w.shape != expected:
-            note = ""
-            if w.shape == expected[::-1]:
-                note = (" (that is (out_features, in_features), PyTorch's layout: minitorch stores the weight "
-                        "as (in_features, out_features) so that the forward is x @ W; pass its transpose)")
-            raise ValueError(f"Linear.set_weights: weight must have shape {expected} (in_features, "
-                             f"out_features), got {w.shape}{note}")
-        _assign(self.weight, w)
-        if bias is not None:
-            if self.bias is None:
-                raise ValueError("Linear.set_weights: this layer was made with bias=False")
-            b = np.asarray(bias, dtype=np.float64)
-            if b.shape != (self.out_features,):
-                raise ValueError(f"Linear.set_weights: bias must have shape ({self.out_features},), got {b.shape}")
-            _assign(self.bias, b)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
-
-
-class Sigmoid(Module):
-    def forward(self, x: Tensor) -> Tensor:
-        return functional.sigmoid(x)
-
-
-class ReLU(Module):
-    def forward(self, x: Tensor) -> Tensor:
-        return functional.relu(x)
-
 
 
 class Sequential(Module):

@@ -1,0 +1,8 @@
+"""Layers (PyTorch's ``torch.nn``), one module per topic: ``module`` (Module, Sequential), ``linear``,
+``activation``. Later phases add their own files here (convolution, pooling, transformer blocks)."""
+
+from minitorch.nn.activation import ReLU, Sigmoid
+from minitorch.nn.linear import Linear
+from minitorch.nn.module import Module, Sequential
+
+__all__ = ["Linear", "Module", "ReLU", "Sequential", "Sigmoid"]
