@@ -71,6 +71,8 @@ KERNEL_FILES: dict[str, LearnerFile] = {
         ("reduce.py", "Exercise 2: launching reductions"))},
     "gemm.cu": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 1: the SGEMM ladder"),
     "gemm.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 2: launching the ladder"),
+    "adam.cu": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 4: the fused Adam update"),
+    "adam.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 5: launching the Adam update"),
 }
 
 
