@@ -439,7 +439,25 @@ def _stamp(filename: str) -> tuple[str, tuple[int, int, int]]:
         st = os.stat(path)
     except FileNotFoundError:
         raise _not_written(filename) from None
-    return path, (st.st_mtime_ns, st.st_size, st.st_ino)
+    stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+    for used in _file_trackers:
+        used[path] = stamp
+    return path, stamp
+
+
+_file_trackers: list[dict[str, tuple[int, int, int]]] = []
+
+
+@contextlib.contextmanager
+def tracking_files() -> Iterator[dict[str, tuple[int, int, int]]]:
+    """``{path: stamp}`` of every learner file loaded inside the block (kernels and modules), so that
+    whatever was derived from them can be dropped when one changes (minitorch.plans)."""
+    used: dict[str, tuple[int, int, int]] = {}
+    _file_trackers.append(used)
+    try:
+        yield used
+    finally:
+        _file_trackers.remove(used)
 
 
 _kernels: dict[tuple, tuple[tuple[int, int, int], Kernel]] = {}
