@@ -12,7 +12,7 @@ replayed into fresh copies of the arrays, the outputs poisoned (NaN) and the lau
 buffers too, and the replay must leave every array as the launcher left it. A launcher that did part
 of its work without a kernel (a ``fill(0)`` of an accumulator, a copy from the host, a view of an
 input) fails that check and is simply always called. A plan is dropped when a file it came from
-changes (one ``os.stat`` per file per call, as ``load_kernel`` does), so a rewritten ``%%kernel`` cell
+changes (one ``fstat`` per file per call, as ``load_kernel`` does), so a rewritten ``%%kernel`` cell
 still takes effect at the next call.
 
 Plans are used only where they cannot change what is observed: not while launches are being
@@ -61,9 +61,6 @@ def clear() -> None:
     _plans.clear()
     _recordings.clear()
     _stats.update(hits=0, recorded=0, rejected=0)
-    for fd, _ in _descriptors.values():
-        os.close(fd)
-    _descriptors.clear()
 
 
 def stats() -> dict[str, int]:
@@ -74,19 +71,19 @@ def stats() -> dict[str, int]:
 class _Plan:
     __slots__ = ("files", "launches")
 
-    def __init__(self, files: tuple[tuple[int, tuple[int, int, int]], ...], launches: list[tuple]) -> None:
-        self.files = files  # (open descriptor, (mtime, size, inode) when recorded) of every file used
+    def __init__(self, files: tuple[tuple[str, tuple[int, int, int]], ...], launches: list[tuple]) -> None:
+        self.files = files  # (path, (mtime, size, inode) when recorded) of every learner file used
         self.launches = launches  # (raw kernel, grid, block, argument template, slots, shared, kwargs, count key)
 
     def current(self) -> bool:
-        """Whether every file the plan came from is unchanged: an ``fstat`` of a descriptor held open
-        (half the cost of a ``stat`` by name). A file replaced by a rename (as ``write_source`` and most
-        editors save) leaves the held inode with no links; one rewritten in place changes its stamp."""
-        fstat = os.fstat
-        for fd, stamp in self.files:
-            st = fstat(fd)
-            if st.st_nlink == 0 or (st.st_mtime_ns, st.st_size, st.st_ino) != stamp:
-                return False
+        """Whether every file the plan came from is unchanged (``kernels.file_stamp``, an ``fstat``)."""
+        stamp = kernels.file_stamp
+        try:
+            for path, recorded in self.files:
+                if stamp(path) != recorded:
+                    return False
+        except FileNotFoundError:
+            return False
         return True
 
     def replay(self, args: Sequence[Any], *, count: bool = True) -> None:
@@ -206,37 +203,7 @@ def _plan(be: backend.Backend, args: tuple, arrays: list[int], launches: list[ke
                         dict(launch.options), k._key))
     if scratch > MAX_SCRATCH_BYTES:
         return None
-    held = []
-    for path, stamp in files.items():
-        fd = _descriptor(path, stamp)
-        if fd is None:
-            return None  # changed since the call read it
-        held.append((fd, stamp))
-    return _Plan(tuple(held), planned)
-
-
-_descriptors: dict[str, tuple[int, tuple[int, int, int]]] = {}  # path -> (open descriptor, its stamp)
-
-
-def _descriptor(path: str, stamp: tuple[int, int, int]) -> int | None:
-    """A descriptor open on the file at ``path`` whose stamp is ``stamp`` (shared by every plan)."""
-    held = _descriptors.get(path)
-    if held is not None and held[1] == stamp and os.fstat(held[0]).st_nlink:
-        return held[0]
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    st = os.fstat(fd)
-    if (st.st_mtime_ns, st.st_size, st.st_ino) != stamp:
-        os.close(fd)
-        return None
-    if held is not None:  # the file changed: forget the plans made from its old version, then close it
-        for key in [k for k, p in _plans.items() if p is not None and any(f == held[0] for f, _ in p.files)]:
-            del _plans[key]
-        os.close(held[0])
-    _descriptors[path] = (fd, stamp)
-    return fd
+    return _Plan(tuple(files.items()), planned)
 
 
 def _poison(a: Any) -> None:

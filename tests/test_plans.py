@@ -19,16 +19,18 @@ from tests.phase3_support import PHASE3_NOTEBOOKS, write_solutions
 RNG = np.random.default_rng(7)
 
 
-@pytest.fixture
-def solutions(workspace, monkeypatch):
+@pytest.fixture(params=["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def solutions(workspace, monkeypatch, request):
     monkeypatch.delenv("MINITORCH_PLANS", raising=False)
     monkeypatch.delenv("MINITORCH_SYNC_LAUNCHES", raising=False)
     monkeypatch.delenv("MINITORCH_LAUNCH_TRACE", raising=False)
-    minitorch.set_device("emu")
+    previous = minitorch.get_device()
+    minitorch.set_device(request.param)
     plans.clear()
     write_solutions(workspace, PHASE3_NOTEBOOKS + ("phase4_reductions.ipynb",))
     yield {p.name: p.read_text() for p in workspace.iterdir()}
     plans.clear()
+    minitorch.set_device(previous)
 
 
 def tensor(*shape):
