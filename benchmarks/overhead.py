@@ -6,8 +6,11 @@ the end, so each figure is what Python spends to get one tiny kernel going):
 - ``raw_cupy``: ``cupy.RawKernel`` of the same source, called directly (the floor);
 - ``kernel_call``: :class:`minitorch.kernels.Kernel` (checks, launch count, trace hook);
 - ``load_and_call``: ``load_kernel(...)`` then the call, as every launcher does;
-- ``ops_add``: ``minitorch.ops.add`` (checks, output allocation, the learner's launcher);
+- ``ops_add``: ``minitorch.ops.add`` (checks, output allocation, the learner's launcher replayed from
+  its plan, see ``minitorch.plans``);
 - ``tensor_add``: ``a + b`` on tensors (autograd's Function as well);
+- ``ops_add_unplanned``, ``tensor_add_unplanned``: the same with ``MINITORCH_PLANS=0`` (the learner's
+  launcher runs its Python on every call, as before plans);
 - ``torch_add``: PyTorch eager ``x + y`` on the same GPU (when PyTorch is installed).
 
 Per step (the XOR network of Phase 3b: ``Linear(2, 4) -> Sigmoid -> Linear(4, 1)``, MSE, SGD with
@@ -77,6 +80,12 @@ def op_rows(device: str, repeat: int) -> list[dict]:
         lambda: kernels.load_kernel("elementwise.cu", "add")(grid, block, args), sync, repeat)))
     rows.append(("ops_add", per_call(lambda: ops.add(a, b), sync, repeat)))
     rows.append(("tensor_add", per_call(lambda: a + b, sync, repeat)))
+    os.environ["MINITORCH_PLANS"] = "0"
+    try:
+        rows.append(("ops_add_unplanned", per_call(lambda: ops.add(a, b), sync, repeat)))
+        rows.append(("tensor_add_unplanned", per_call(lambda: a + b, sync, repeat)))
+    finally:
+        del os.environ["MINITORCH_PLANS"]
     torch_row = torch_add(device, repeat)
     if torch_row is not None:
         rows.append(torch_row)

@@ -67,6 +67,14 @@ class Backend:
     def is_device_array(self, x: Any) -> bool:
         raise NotImplementedError
 
+    # The class of this device's arrays (for quick checks on hot paths; ``is_device_array`` also
+    # accepts subclasses).
+    array_type: type = object
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        """Copy ``src`` into ``dst`` on the device (same shape and dtype)."""
+        raise NotImplementedError
+
     def describe(self) -> str:
         """A one-line description for progress records and benchmark files."""
         return self.name
@@ -87,6 +95,7 @@ class CudaBackend(Backend):
         import cupy  # imported lazily: CPU-only machines never need it
 
         self.cupy = cupy
+        self.array_type = cupy.ndarray
 
     def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802
                   name_expressions: Sequence[str] | None = None, *, filename: str | None = None) -> Any:
@@ -110,6 +119,9 @@ class CudaBackend(Backend):
 
     def is_device_array(self, x: Any) -> bool:
         return isinstance(x, self.cupy.ndarray)
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        self.cupy.copyto(dst, src)
 
     def describe(self) -> str:
         props = self.cupy.cuda.runtime.getDeviceProperties(self.cupy.cuda.Device().id)
@@ -161,6 +173,7 @@ class EmuBackend(Backend):
         except ImportError as exc:  # a broken install, not a learner error
             raise DeviceError(f"the 'emu' device could not be loaded: {exc}") from exc
         self.emu = emu
+        self.array_type = emu.DeviceArray
 
     def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802
                   name_expressions: Sequence[str] | None = None, *, filename: str | None = None) -> Any:
@@ -184,6 +197,9 @@ class EmuBackend(Backend):
 
     def is_device_array(self, x: Any) -> bool:
         return isinstance(x, self.emu.DeviceArray)
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        dst.set(src.get())
 
     def describe(self) -> str:
         return "emu: CUDA C emulator on the CPU"
@@ -216,8 +232,13 @@ class CpuBackend(Backend):
     def zeros(self, shape: Shape, dtype: Any = np.float32) -> np.ndarray:
         return np.zeros(shape, dtype=dtype)
 
+    array_type = np.ndarray
+
     def is_device_array(self, x: Any) -> bool:
         return isinstance(x, np.ndarray)
+
+    def copy_into(self, dst: Any, src: Any) -> None:
+        np.copyto(dst, src)
 
 
 @functools.lru_cache(maxsize=1)

@@ -431,15 +431,53 @@ def _as_dims(dims: Any) -> tuple[int, ...]:
 
 
 def _stamp(filename: str) -> tuple[str, tuple[int, int, int]]:
-    """The file's path and (mtime, size, inode): one ``os.stat`` (about a microsecond), so a file
-    rewritten by a cell, an editor or another process is picked up at the next launch; every
-    ``write_source`` changes it (the atomic rename gives a new inode)."""
+    """The file's path and (mtime, size, inode), read so that a file rewritten by a cell, an editor or
+    another process is picked up at the next launch (``file_stamp``)."""
     path = _path_str(filename)
     try:
-        st = os.stat(path)
+        stamp = file_stamp(path)
     except FileNotFoundError:
         raise _not_written(filename) from None
-    return path, (st.st_mtime_ns, st.st_size, st.st_ino)
+    for used in _file_trackers:
+        used[path] = stamp
+    return path, stamp
+
+
+_held: dict[str, int] = {}  # learner file -> a descriptor open on it
+
+
+def file_stamp(path: str) -> tuple[int, int, int]:
+    """(mtime, size, inode) of the file at ``path``: an ``fstat`` of a descriptor held open on it (half
+    the cost of a ``stat`` by name). A file replaced by a rename (``write_source``, most editors) leaves
+    the held inode with no links: the name is then opened again. Raises FileNotFoundError."""
+    fd = _held.get(path)
+    if fd is not None:
+        st = os.fstat(fd)
+        if st.st_nlink:
+            return (st.st_mtime_ns, st.st_size, st.st_ino)
+        del _held[path]
+        os.close(fd)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    st = os.fstat(fd)
+    if len(_held) >= 256:  # never hold more than a few hundred: forget the oldest
+        os.close(_held.pop(next(iter(_held))))
+    _held[path] = fd
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+_file_trackers: list[dict[str, tuple[int, int, int]]] = []
+
+
+@contextlib.contextmanager
+def tracking_files() -> Iterator[dict[str, tuple[int, int, int]]]:
+    """``{path: stamp}`` of every learner file loaded inside the block (kernels and modules), so that
+    whatever was derived from them can be dropped when one changes (minitorch.plans)."""
+    used: dict[str, tuple[int, int, int]] = {}
+    _file_trackers.append(used)
+    try:
+        yield used
+    finally:
+        _file_trackers.remove(used)
 
 
 _kernels: dict[tuple, tuple[tuple[int, int, int], Kernel]] = {}

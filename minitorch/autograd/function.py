@@ -81,10 +81,12 @@ class Context:
     gradient (or None) for each of them. Functions may keep other values as attributes (``ctx.scale``).
     """
 
-    def __init__(self, function: type[Function], inputs: tuple[Tensor, ...]) -> None:
+    def __init__(self, function: type[Function], inputs: tuple[Tensor, ...],
+                 needs_input_grad: tuple[bool, ...] | None = None) -> None:
         self.function = function
         self.inputs = inputs
-        self.needs_input_grad = tuple(t.requires_grad for t in inputs)
+        self.needs_input_grad = (needs_input_grad if needs_input_grad is not None
+                                 else tuple([t._requires_grad for t in inputs]))
         self._saved: tuple[Tensor, ...] = ()
 
     def __repr__(self) -> str:
@@ -135,10 +137,11 @@ class Function:
 
     @classmethod
     def apply(cls, *args: Any) -> Tensor:
-        inputs = tuple(a for a in args if isinstance(a, Tensor))
-        ctx = Context(cls, inputs)
+        inputs = tuple([a for a in args if isinstance(a, Tensor)])
+        needs = tuple([t._requires_grad for t in inputs])
+        ctx = Context(cls, inputs, needs)
         output = cls.forward(ctx, *args)
-        if is_grad_enabled() and any(ctx.needs_input_grad):
+        if True in needs and getattr(_state, "enabled", True):
             output._requires_grad = True
             output.grad_fn = ctx
         return output

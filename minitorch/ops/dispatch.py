@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from minitorch import backend, kernels
+from minitorch import backend, kernels, plans
 from minitorch.tensor import DTYPE, Tensor
 
 
@@ -92,13 +92,26 @@ def launcher(filename: str, function: str) -> Any:
 
 
 
-def launch(device: str, filename: str, function: str, *args: Any, **kwargs: Any) -> None:
-    """Call the learner's launcher ``function`` of ``filename`` with ``device`` active."""
+def launch(device: str, filename: str, function: str, *args: Any, outputs: tuple[int, ...] | None = None,
+           **kwargs: Any) -> None:
+    """Call the learner's launcher ``function`` of ``filename`` with ``device`` active.
+
+    ``outputs``: the positions in ``args`` of the arrays the launcher overwrites without reading. An
+    op that names them lets :mod:`minitorch.plans` replay the launcher's launches on later calls of
+    the same kind instead of running its Python; without them the launcher always runs.
+    """
+    if outputs is not None and plans.enabled():
+        plans.run(device, filename, function, lambda: _call(device, filename, function, args, kwargs),
+                  args, kwargs, outputs)
+    else:
+        _call(device, filename, function, args, kwargs)
+
+
+def _call(device: str, filename: str, function: str, args: tuple, kwargs: dict[str, Any]) -> Any:
     if backend._active == device:  # the common case, without a context manager's cost
-        launcher(filename, function)(*args, **kwargs)
-        return
+        return launcher(filename, function)(*args, **kwargs)
     with on_device(device):
-        launcher(filename, function)(*args, **kwargs)
+        return launcher(filename, function)(*args, **kwargs)
 
 
 
@@ -106,11 +119,14 @@ def binary(op: str, filename: str, names: tuple[str, str], a: Tensor, b: Tensor,
             reference: Callable[[np.ndarray, np.ndarray, np.dtype], np.ndarray]) -> Tensor:
     """An elementwise op of two tensors of one shape: `reference` on cpu, the launcher `op` of `filename`
     (called as op(a, b, out)) elsewhere."""
-    device, dtype = check_tensors(op, **{names[0]: a, names[1]: b})
+    if type(a) is Tensor and type(b) is Tensor and a._device == b._device and a.dtype == b.dtype:
+        device, dtype = a._device, a.dtype  # the common case, checked without building names
+    else:
+        device, dtype = check_tensors(op, **{names[0]: a, names[1]: b})
     same_shape(op, names[0], a, names[1], b)
     if device == "cpu":
         return cpu_result(reference(a.data, b.data, dtype), dtype)
     out = empty(device, a.shape)
     if a.size:
-        launch(device, filename, op, a.data, b.data, out)
+        launch(device, filename, op, a.data, b.data, out, outputs=(2,))
     return Tensor(out, device)

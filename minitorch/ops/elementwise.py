@@ -26,7 +26,7 @@ def scalar_mul(a: Tensor, s: float) -> Tensor:
         return cpu_result(a.data * dtype.type(s), dtype)
     out = empty(device, a.shape)
     if a.size:
-        launch(device, "elementwise.py", "scalar_mul", a.data, s, out)
+        launch(device, "elementwise.py", "scalar_mul", a.data, s, out, outputs=(2,))
     return Tensor(out, device)
 
 
@@ -37,7 +37,7 @@ def relu(a: Tensor) -> Tensor:
         return cpu_result(np.where(a.data > 0, a.data, dtype.type(0)), dtype)
     out = empty(device, a.shape)
     if a.size:
-        launch(device, "elementwise.py", "relu", a.data, out)
+        launch(device, "elementwise.py", "relu", a.data, out, outputs=(1,))
     return Tensor(out, device)
 
 
@@ -55,7 +55,7 @@ def sigmoid(x: Tensor) -> Tensor:
         return cpu_result(np.where(x.data >= 0, 1 / (1 + e), e / (1 + e)), dtype)
     out = empty(device, x.shape)
     if x.size:
-        launch(device, "forward.py", "sigmoid", x.data, out)
+        launch(device, "forward.py", "sigmoid", x.data, out, outputs=(1,))
     return Tensor(out, device)
 
 
@@ -76,5 +76,5 @@ def add_bias(x: Tensor, bias: Tensor) -> Tensor:
         return cpu_result(x.data + bias.data, dtype)
     out = empty(device, x.shape)
     if x.size:
-        launch(device, "forward.py", "add_bias", x.data, bias.data, out)
+        launch(device, "forward.py", "add_bias", x.data, bias.data, out, outputs=(2,))
     return Tensor(out, device)

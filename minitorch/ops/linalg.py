@@ -27,7 +27,7 @@ def transpose(a: Tensor) -> Tensor:
         return cpu_result(a.data.T, dtype)
     out = empty(device, (cols, rows))
     if a.size:
-        launch(device, "transpose.py", "transpose", a.data, out)
+        launch(device, "transpose.py", "transpose", a.data, out, outputs=(1,))
     return Tensor(out, device)
 
 
@@ -61,11 +61,12 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
     if not (m and n):
         return Tensor(out, device)
     if uses_gemm():
-        launch(device, GEMM_FILE, "gemm", a.data, b.data, out, transpose_a=transpose_a, transpose_b=transpose_b)
+        launch(device, GEMM_FILE, "gemm", a.data, b.data, out, outputs=(2,), transpose_a=transpose_a,
+               transpose_b=transpose_b)
         return Tensor(out, device)
     if transpose_a:  # Phase 2's kernel reads row-major operands: materialise the transposes
         a = transpose(a)
     if transpose_b:
         b = transpose(b)
-    launch(device, "matmul.py", "matmul", a.data, b.data, out)
+    launch(device, "matmul.py", "matmul", a.data, b.data, out, outputs=(2,))
     return Tensor(out, device)

@@ -18,7 +18,7 @@ def mse_loss(pred: Tensor, target: Tensor) -> Tensor:
         diff = pred.data - target.data
         return cpu_result(np.mean(diff * diff), dtype)
     loss = empty(device, (1,))
-    launch(device, "backward.py", "mse_loss", pred.data, target.data, loss)
+    launch(device, "backward.py", "mse_loss", pred.data, target.data, loss, outputs=(2,))
     return Tensor(loss.reshape(()), device)
 
 
@@ -32,5 +32,5 @@ def mse_backward(pred: Tensor, target: Tensor, scale: float = 1.0) -> Tensor:
         return cpu_result((dtype.type(scale * 2.0 / n) * (pred.data - target.data)), dtype)
     out = empty(device, pred.shape)
     if pred.size:
-        launch(device, "backward.py", "mse_backward", pred.data, target.data, out, scale)
+        launch(device, "backward.py", "mse_backward", pred.data, target.data, out, scale, outputs=(2,))
     return Tensor(out, device)

@@ -19,4 +19,4 @@ def sgd_momentum_(param: Tensor, grad: Tensor, velocity: Tensor, lr: float, mome
         p -= dtype.type(lr) * v
         return
     if param.size:
-        launch(device, "sgd.py", "sgd_momentum", param.data, grad.data, velocity.data, lr, momentum)
+        launch(device, "sgd.py", "sgd_momentum", param.data, grad.data, velocity.data, lr, momentum, outputs=())

@@ -17,7 +17,7 @@ def sum(x: Tensor) -> Tensor:  # noqa: A001 (the name of the operation)
     if x.size == 0:
         return Tensor(backend.get_backend(device).zeros((), DTYPE), device)
     out = empty(device, (1,))
-    launch(device, "reduce.py", "sum", x.data.reshape(-1), out)
+    launch(device, "reduce.py", "sum", x.data.reshape(-1), out, outputs=(1,))
     return Tensor(out.reshape(()), device)
 
 
@@ -29,7 +29,7 @@ def max(x: Tensor) -> Tensor:  # noqa: A001
     if device == "cpu":
         return cpu_result(np.max(x.data), dtype)
     out = empty(device, (1,))
-    launch(device, "reduce.py", "max", x.data.reshape(-1), out)
+    launch(device, "reduce.py", "max", x.data.reshape(-1), out, outputs=(1,))
     return Tensor(out.reshape(()), device)
 
 
@@ -43,7 +43,7 @@ def column_mean_var(x: Tensor) -> tuple[Tensor, Tensor]:
         return cpu_result(x.data.mean(axis=0), dtype), cpu_result(x.data.var(axis=0), dtype)
     mean, var = empty(device, (cols,)), empty(device, (cols,))
     if cols:
-        launch(device, "reduce.py", "column_mean_var", x.data, mean, var)
+        launch(device, "reduce.py", "column_mean_var", x.data, mean, var, outputs=(1, 2))
     return Tensor(mean, device), Tensor(var, device)
 
 
@@ -57,5 +57,5 @@ def bias_grad(grad_out: Tensor) -> Tensor:
         return Tensor(backend.get_backend(device).zeros((cols,), DTYPE), device)
     out = empty(device, (cols,))
     if cols:
-        launch(device, "backward.py", "bias_grad", grad_out.data, out)
+        launch(device, "backward.py", "bias_grad", grad_out.data, out, outputs=(1,))
     return Tensor(out, device)
