@@ -134,3 +134,106 @@ sweep9(const float* __restrict__ A, const float* __restrict__ B, float* __restri
     }
     store_warp_tile<WM, WN>(C, M, N, acc, bm + a_off, bn + b_off, rows_aligned(C, N));
 }
+
+// Rung 5 as it was (loops the compiler kept rolled: 64 FFMA in the loop body, 120 registers)
+// and the unrolled rung 5 held to 128 registers (two blocks an SM), against the unrolled one
+// of the lab (156 registers, one block an SM).
+extern "C" __global__ void sweep5_rolled(const float* A, const float* B, float* C,
+                                                 int M, int N, int K) {
+    __shared__ float As[R5_BM * R5_BK];
+    __shared__ float Bs[R5_BK * R5_BN];
+    const int tid = threadIdx.x;
+    const int bm = blockIdx.y * R5_BM, bn = blockIdx.x * R5_BN;
+    const int thread_row = tid / (R5_BN / R5_TN), thread_col = tid % (R5_BN / R5_TN);
+    const int a_row = tid / R5_BK, a_col = tid % R5_BK;  // rows a_row + 32 * pass
+    const int b_row = tid / R5_BN, b_col = tid % R5_BN;  // rows b_row + 2 * pass
+    constexpr int a_stride = R5_THREADS / R5_BK, b_stride = R5_THREADS / R5_BN;
+    float acc[R5_TM][R5_TN] = {{0.0f}};
+    float reg_m[R5_TM], reg_n[R5_TN];
+    for (int k0 = 0; k0 < K; k0 += R5_BK) {
+        for (int r = a_row; r < R5_BM; r += a_stride) {
+            const int gr = bm + r, gk = k0 + a_col;
+            As[r * R5_BK + a_col] = (gr < M && gk < K) ? A[(size_t)gr * K + gk] : 0.0f;
+        }
+        for (int r = b_row; r < R5_BK; r += b_stride) {
+            const int gk = k0 + r, gc = bn + b_col;
+            Bs[r * R5_BN + b_col] = (gk < K && gc < N) ? B[(size_t)gk * N + gc] : 0.0f;
+        }
+        __syncthreads();
+        for (int k = 0; k < R5_BK; ++k) {
+            for (int i = 0; i < R5_TM; ++i) {
+                reg_m[i] = As[(thread_row * R5_TM + i) * R5_BK + k];
+            }
+            for (int j = 0; j < R5_TN; ++j) {
+                reg_n[j] = Bs[k * R5_BN + thread_col * R5_TN + j];
+            }
+            for (int i = 0; i < R5_TM; ++i) {
+                for (int j = 0; j < R5_TN; ++j) {
+                    acc[i][j] += reg_m[i] * reg_n[j];
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int i = 0; i < R5_TM; ++i) {
+        for (int j = 0; j < R5_TN; ++j) {
+            const int row = bm + thread_row * R5_TM + i, col = bn + thread_col * R5_TN + j;
+            if (row < M && col < N) {
+                C[(size_t)row * N + col] = acc[i][j];
+            }
+        }
+    }
+}
+
+
+extern "C" __global__ void __launch_bounds__(R5_THREADS, 2)
+sweep5_bounded(const float* A, const float* B, float* C,
+                                                 int M, int N, int K) {
+    __shared__ float As[R5_BM * R5_BK];
+    __shared__ float Bs[R5_BK * R5_BN];
+    const int tid = threadIdx.x;
+    const int bm = blockIdx.y * R5_BM, bn = blockIdx.x * R5_BN;
+    const int thread_row = tid / (R5_BN / R5_TN), thread_col = tid % (R5_BN / R5_TN);
+    const int a_row = tid / R5_BK, a_col = tid % R5_BK;  // rows a_row + 32 * pass
+    const int b_row = tid / R5_BN, b_col = tid % R5_BN;  // rows b_row + 2 * pass
+    constexpr int a_stride = R5_THREADS / R5_BK, b_stride = R5_THREADS / R5_BN;
+    float acc[R5_TM][R5_TN] = {{0.0f}};
+    float reg_m[R5_TM], reg_n[R5_TN];
+    for (int k0 = 0; k0 < K; k0 += R5_BK) {
+#pragma unroll  // loops with a count known to the compiler: unrolled, no loop overhead
+        for (int p = 0; p < R5_BM / a_stride; ++p) {
+            const int r = a_row + p * a_stride, gr = bm + r, gk = k0 + a_col;
+            As[r * R5_BK + a_col] = (gr < M && gk < K) ? A[(size_t)gr * K + gk] : 0.0f;
+        }
+#pragma unroll
+        for (int p = 0; p < R5_BK / b_stride; ++p) {
+            const int r = b_row + p * b_stride, gk = k0 + r, gc = bn + b_col;
+            Bs[r * R5_BN + b_col] = (gk < K && gc < N) ? B[(size_t)gk * N + gc] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < R5_BK; ++k) {
+            for (int i = 0; i < R5_TM; ++i) {
+                reg_m[i] = As[(thread_row * R5_TM + i) * R5_BK + k];
+            }
+            for (int j = 0; j < R5_TN; ++j) {
+                reg_n[j] = Bs[k * R5_BN + thread_col * R5_TN + j];
+            }
+            for (int i = 0; i < R5_TM; ++i) {
+                for (int j = 0; j < R5_TN; ++j) {
+                    acc[i][j] += reg_m[i] * reg_n[j];
+                }
+            }
+        }
+        __syncthreads();
+    }
+    for (int i = 0; i < R5_TM; ++i) {
+        for (int j = 0; j < R5_TN; ++j) {
+            const int row = bm + thread_row * R5_TM + i, col = bn + thread_col * R5_TN + j;
+            if (row < M && col < N) {
+                C[(size_t)row * N + col] = acc[i][j];
+            }
+        }
+    }
+}
+
