@@ -175,7 +175,12 @@ def main() -> int:
             if r["kernel"] != "cublas":
                 r["kernel"] += "_tuned"
         results += [r for r in tuned_rows if r["kernel"] != "cublas"]
-    write_results("phase5_gemm", device, results, autotune=tuned)
+    import cupy
+    from phase5_gemm_sweep import host_overhead
+
+    overhead = host_overhead(gm, cupy)
+    print("host microseconds a call:", {k: round(v, 1) for k, v in overhead.items()}, flush=True)
+    write_results("phase5_gemm", device, results, autotune=tuned, host_us_per_call=overhead)
     return 0
 
 
