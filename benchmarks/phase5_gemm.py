@@ -12,6 +12,7 @@ Writes ``benchmarks/results/phase5_gemm-<gpu>.json``: one row per (kernel, size)
 
 Usage (on a GPU machine, with its python3): ``python benchmarks/phase5_gemm.py [--no-autotune]``.
 About three minutes on an H100 (most of it compiling the autotuning candidates).
+``--emu-small`` runs the validation on the emulator at small sizes (no timing).
 ``python benchmarks/phase5_gemm.py --profile VARIANT SIZE [--config BM,BN,...]`` launches one rung (or
 ``cublas``) twice and nothing else: the target for Nsight Compute (``ncu --launch-skip 1 --launch-count 1``).
 """
@@ -33,38 +34,39 @@ SLOW = {"naive": 2048}  # rung 1 is also timed at 4096 (a few seconds), but with
 VALIDATION_SHAPES = [(1, 1, 1), (7, 7, 7), (129, 1, 130), (1000, 33, 7), (7, 33, 1000), (1023, 1023, 1023)]
 
 
-def load_solution():
+def load_solution(device: str = "cuda"):
     """gemm.py of the reference solution (with the earlier phases' files) in a temporary workspace."""
     os.environ["MINITORCH_WORKSPACE"] = tempfile.mkdtemp(prefix="minitorch-bench-")
     import minitorch
     from minitorch.kernels import load_module, write_source
 
-    minitorch.set_device("cuda")
+    minitorch.set_device(device)
     for notebook in ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase5_fast.ipynb"):
         for name, text in solution_sources(notebook).items():
             write_source(name, text)
     return load_module("gemm.py")
 
 
-def validate(gm) -> None:
+def validate(gm, shapes=VALIDATION_SHAPES) -> None:
     """Every rung (and both transposed modes of the transposing ones) against float64 on the host."""
-    import cupy
+    from minitorch import backend
 
     rng = np.random.default_rng(0)
     for variant in gm.VARIANTS + ("best",):
         modes = [(False, False)] + ([(True, False), (False, True), (True, True)]
                                     if variant in gm.TRANSPOSING + ("best",) else [])
-        for m, k, n in VALIDATION_SHAPES:
+        for m, k, n in shapes:
             for ta, tb in modes:
                 a = rng.uniform(-1, 1, (k, m) if ta else (m, k)).astype(np.float32)
                 b = rng.uniform(-1, 1, (n, k) if tb else (k, n)).astype(np.float32)
-                out = cupy.full((m, n), np.nan, np.float32)
-                gm.gemm(cupy.asarray(a), cupy.asarray(b), out, variant, transpose_a=ta, transpose_b=tb)
+                out = backend.asarray(np.full((m, n), np.nan, np.float32))
+                gm.gemm(backend.asarray(a), backend.asarray(b), out, variant, transpose_a=ta,
+                        transpose_b=tb)
                 a64, b64 = (a.T if ta else a).astype(np.float64), (b.T if tb else b).astype(np.float64)
                 bound = k * 2.0 ** -23 * (np.abs(a64) @ np.abs(b64))
-                error = np.abs(cupy.asnumpy(out) - a64 @ b64)
+                error = np.abs(backend.asnumpy(out) - a64 @ b64)
                 assert np.all(error <= bound), f"{variant} is wrong at {m}x{k}x{n} (ta={ta}, tb={tb})"
-    print("validation: every rung right at", ", ".join(f"{m}x{k}x{n}" for m, k, n in VALIDATION_SHAPES))
+    print("validation: every rung right at", ", ".join(f"{m}x{k}x{n}" for m, k, n in shapes))
 
 
 def square(size: int, seed: int):
@@ -150,7 +152,12 @@ def main() -> int:
     parser.add_argument("--profile", nargs=2, metavar=("VARIANT", "SIZE"),
                         help="launch one rung (or cublas) twice at SIZE^3 and stop: a target for ncu")
     parser.add_argument("--config", help="tiles of a templated rung for --profile, e.g. 128,256,8,64,64")
+    parser.add_argument("--emu-small", action="store_true",
+                        help="the validation on the emulator at small sizes (no timing, no file)")
     args = parser.parse_args()
+    if args.emu_small:
+        validate(load_solution("emu"), [(1, 1, 1), (7, 7, 7), (129, 1, 130), (65, 33, 70)])
+        return 0
     gm = load_solution()
     if args.profile:
         config = tuple(int(v) for v in args.config.split(",")) if args.config else None
@@ -175,7 +182,12 @@ def main() -> int:
             if r["kernel"] != "cublas":
                 r["kernel"] += "_tuned"
         results += [r for r in tuned_rows if r["kernel"] != "cublas"]
-    write_results("phase5_gemm", device, results, autotune=tuned)
+    import cupy
+    from phase5_gemm_sweep import host_overhead
+
+    overhead = host_overhead(gm, cupy)
+    print("host microseconds a call:", {k: round(v, 1) for k, v in overhead.items()}, flush=True)
+    write_results("phase5_gemm", device, results, autotune=tuned, host_us_per_call=overhead)
     return 0
 
 

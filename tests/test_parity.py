@@ -7,6 +7,7 @@ bit for bit (``make test-gpu``). A new solution kernel without a case here fails
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import numpy as np
@@ -204,6 +205,32 @@ def _phase3(function: str):
     return case
 
 
+def _gemm(variant: str):
+    """A rung of Phase 5's GEMM ladder through gemm.py (which sizes the grid), every transposed mode
+    the rung reads. Small integers and K < 100: every product and partial sum is an integer below
+    2^24, exact in float32 in any order, with or without fused multiply-adds."""
+    def case(n: int, rng: np.random.Generator):
+        gm = kernels.load_module("gemm.py")
+        m, k, cols = (n * 7) % 263 + 1, n % 97 + 1, (n * 13) % 271 + 1  # 1 to 3 tiles, ragged
+        got, expected = [], []
+        modes = [(False, False)] + ([(True, False), (False, True), (True, True)]
+                                    if variant in gm.TRANSPOSING else [])
+        for ta, tb in modes:
+            a = rng.integers(-8, 9, (k, m) if ta else (m, k)).astype(np.float32)
+            b = rng.integers(-8, 9, (cols, k) if tb else (k, cols)).astype(np.float32)
+            out = backend.asarray(np.full((m, cols), np.nan, np.float32))
+            gm.gemm(backend.asarray(a), backend.asarray(b), out, variant, transpose_a=ta, transpose_b=tb)
+            got.append(backend.asnumpy(out).ravel())
+            expected.append(((a.T if ta else a).astype(np.float64) @ (b.T if tb else b)).ravel())
+        return np.concatenate(got), np.concatenate(expected)
+    return case
+
+
+GEMM_RUNGS = {"sgemm_1_naive": "naive", "sgemm_2_coalesced": "coalesced", "sgemm_3_shared": "shared",
+              "sgemm_4_blocktile_1d": "blocktile_1d", "sgemm_5_blocktile_2d": "blocktile_2d",
+              "sgemm_6_vectorized": "vectorized", "sgemm_7_autotuned": "autotuned",
+              "sgemm_8_warptiling": "warptiling", "sgemm_9_double_buffered": "double_buffered"}
+
 PHASE3_KERNELS = {("forward.cu", k) for k in ("add_bias", "sigmoid")} | {
     ("backward.cu", k) for k in ("sigmoid_backward", "relu_backward", "bias_grad", "mse_loss", "mse_backward")} | {
     ("sgd.cu", "sgd_momentum")}
@@ -218,20 +245,28 @@ CASES: dict[tuple[str, str], Callable] = {
     ("reduce.cu", "column_partials"): _column_partials,
     ("reduce.cu", "column_mean_var"): _column_mean_var,
     **{key: _phase3(key[1]) for key in PHASE3_KERNELS},
+    **{("gemm.cu", kernel): _gemm(variant) for kernel, variant in GEMM_RUNGS.items()},
 }
 
 
 @pytest.fixture
 def solution_workspace(workspace):
     for notebook in ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase3a_forward.ipynb",
-                     "phase3b_backward.ipynb", "phase4_reductions.ipynb"):
+                     "phase3b_backward.ipynb", "phase4_reductions.ipynb", "phase5_fast.ipynb"):
         for name, text in solution_files(notebook).items():
             kernels.write_source(name, text)
     return workspace
 
 
+# A templated kernel (template <...> __global__ void [__launch_bounds__(...)] name(...)): launched by
+# its instantiations, e.g. sgemm_9_double_buffered<128, 128, 8, 32, 64, 0, 0>.
+_TEMPLATED = re.compile(r"template\s*<[^>]*>\s*__global__\s+void\s+"
+                        r"(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\(")
+
+
 def test_every_solution_kernel_has_a_parity_case():
-    defined = {(f, k) for f, src in all_kernel_sources().items() for k in kernels.kernel_signatures(src)}
+    defined = {(f, k) for f, src in all_kernel_sources().items()
+               for k in [*kernels.kernel_signatures(src), *_TEMPLATED.findall(src)]}
     assert defined == set(CASES), f"kernels without a case: {defined - set(CASES)}"
 
 
@@ -244,7 +279,7 @@ def _run(device: str, case, n: int, seed: int):
         backend.set_device(previous)
 
 
-@pytest.mark.parametrize("key", sorted(CASES))
+@pytest.mark.parametrize("key", sorted(CASES), ids=":".join)
 @pytest.mark.parametrize("n", SIZES)
 def test_emulator_matches_numpy(solution_workspace, key, n):
     got, expected = _run("emu", CASES[key], n, seed=n)
@@ -252,7 +287,7 @@ def test_emulator_matches_numpy(solution_workspace, key, n):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("key", sorted(CASES))
+@pytest.mark.parametrize("key", sorted(CASES), ids=":".join)
 @pytest.mark.parametrize("n", SIZES)
 def test_gpu_matches_emulator(solution_workspace, key, n):
     on_gpu, expected = _run("cuda", CASES[key], n, seed=n)

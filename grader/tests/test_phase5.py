@@ -185,6 +185,7 @@ def test_rung_has_no_shared_memory_race(variant):
         run_gemm(variant, 65, 33, 70, salt="race")
         if variant == "double_buffered":
             run_gemm(variant, 65, 33, 70, ta=True, tb=True, salt="race")
+            run_gemm(variant, 128, 16, 256, salt="race")  # whole tiles: the unchecked loads
 
 
 # ---------------------------------------------------------------- the launcher

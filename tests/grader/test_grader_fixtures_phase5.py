@@ -29,7 +29,7 @@ RUNG5_LOADS_B = """            Bs[r * R5_BN + b_col] = (gk < K && gc < N) ? B[(s
 RUNG5_STORE = """            if (row < M && col < N) {
                 C[(size_t)row * N + col] = acc[i][j];
             }"""
-LAUNCH = "    load(kernel_name(variant, config, transpose_a, transpose_b))(grid, block, args)\n"
+LAUNCH = "    load(name)(grid, block, args)\n"
 NAIVE_BODY = """    const int row = blockIdx.x * blockDim.x + threadIdx.x;
     const int col = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < M && col < N) {
