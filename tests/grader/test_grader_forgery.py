@@ -253,29 +253,24 @@ def _phase4_notebook(*, perfect: bool, reduce_py_extra: str = "") -> nbformat.No
 
 @needs_bwrap
 @pytest.mark.slow
-def test_a_forged_deliverable_fails_outside_and_an_honest_one_passes(tmp_path, sales_dir):
-    """Phase 4, reference kernels in both. `trudy` saves a model that always predicts one price and
-    patches the deliverable's graded test from her reduce.py: inside, that test PASSES (code in the
-    test process can do that); outside, the grader re-evaluates the saved files: FAIL, not passed.
-    `alice` saves an exact model: it passes inside and outside."""
-    subs = tmp_path / "submissions"
-    for name in ("alice", "trudy"):
-        (subs / name).mkdir(parents=True)
-    nbformat.write(_phase4_notebook(perfect=True), subs / "alice" / "phase4_reductions.ipynb")
-    nbformat.write(_phase4_notebook(perfect=False, reduce_py_extra=PATCH_THE_TEST),
-                   subs / "trudy" / "phase4_reductions.ipynb")
-    rows = _grade_all(subs, "phase4", tmp_path / "grades.csv", {"MINITORCH_DATA_DIR": str(sales_dir)})
-
-    alice, trudy = rows["alice"], rows["trudy"]
-    assert alice["passed"] == "True", alice
-    assert alice["deliverable"].startswith("sales: PASS: test MAE"), alice
-    assert trudy["passed"] == "False", trudy
-    assert trudy["deliverable"].startswith("sales: FAIL: test MAE"), trudy
-    assert "x the mean predictor's" in trudy["deliverable"], trudy
-    # What the forgery achieved inside: the deliverable's graded test did not fail...
-    assert "test_sales_model_beats_the_mean_predictor" not in trudy["failed_checks"], trudy
+def test_a_forged_deliverable_fails_outside(tmp_path, sales_dir):
+    """Phase 4 with the reference kernels, a model that always predicts one price, and a reduce.py
+    that patches the deliverable's graded test: inside the sandbox every check passes, that one
+    included (code in the test process can do that); outside, the grader re-evaluates the saved
+    files: FAIL, not passed. Everything else passing also shows that an honest Phase 4 submission
+    gets the earlier phases' files it builds on (the exact model passes outside: the unit test below)."""
+    trudy = tmp_path / "submissions" / "trudy"
+    trudy.mkdir(parents=True)
+    nbformat.write(_phase4_notebook(perfect=False, reduce_py_extra=PATCH_THE_TEST), trudy / "phase4_reductions.ipynb")
+    row = _grade_all(tmp_path / "submissions", "phase4", tmp_path / "grades.csv",
+                     {"MINITORCH_DATA_DIR": str(sales_dir)})["trudy"]
+    assert row["passed"] == "False", row
+    assert row["deliverable"].startswith("sales: FAIL: test MAE"), row
+    assert "x the mean predictor's" in row["deliverable"], row
+    # What the forgery achieved inside: no graded check failed, the deliverable's included...
+    assert int(row["passed_checks"]) > 50 and "test_sales_model" not in row["failed_checks"], row
     # ...and the one failure is the grader's own re-evaluation.
-    assert trudy["failed_checks"].startswith("sales (re-evaluated by the grader): test MAE"), trudy
+    assert row["failed_checks"].startswith("sales (re-evaluated by the grader): test MAE"), row
 
 
 # ---------------------------------------------------------------- the saved files are untrusted
