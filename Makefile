@@ -28,7 +28,7 @@ help:
 	@echo "make wheelhouse  wheels of the grading stack for an offline GPU machine"
 	@echo "                 (WHEEL_PYTHON=$(WHEEL_PYTHON) WHEEL_PLATFORM=$(WHEEL_PLATFORM))"
 	@echo "make labs        regenerate labs/ from solutions/"
-	@echo "make check-book-layout  the built book in headless Chromium: phone width, cut-off code"
+	@echo "make check-book-layout  the built book in headless Chromium: phone width, cut-off code, offline math"
 	@echo "make data        write data/sales.tsv (synthetic sales, Phase 4) unless you have your own"
 
 $(STAMP): requirements.txt pyproject.toml
@@ -66,6 +66,7 @@ book: $(STAMP)
 	rm -rf _build
 	$(VENV)/bin/jupyter-book build . -W -n --keep-going
 	@test -f _build/html/index.html
+	@test -f _build/html/_static/mathjax/tex-chtml.js || (echo "MathJax is not served from the build (sphinx-mathjax-offline)" && exit 1)
 	@! find _build/html -iname '*solution*' | grep -q . || (echo "a solution page was published" && exit 1)
 	@echo "book: _build/html/index.html"
 
@@ -73,7 +74,8 @@ labs: $(STAMP)
 	$(VPY) -m grader labs
 
 # The built book in headless Chromium (apt-get install chromium): no page wider than a 400 px phone,
-# no lab or appendix code block scrolling at 1280 px. Not part of `make test` (CI time).
+# no lab or appendix code block scrolling at 1280 px, every formula typeset with no network (MathJax
+# from the build). Not part of `make test` (CI time).
 check-book-layout: book
 	$(VPY) book/check_layout.py _build/html
 

@@ -9,11 +9,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grader import labs, paths, progress, sandbox
+from grader import deliverables, labs, paths, progress, sandbox
 from grader.gate import PhaseLocked, require
 from grader.phases import UnknownPhaseError, get_phase
 from grader.report import CheckResult, render_report, render_table
-from grader.runner import DEFAULT_TIMEOUT_S, CheckOptions, NotPublishedError, check_phase
+from grader.runner import DEFAULT_TIMEOUT_S, CheckOptions, NotPublishedError, check_phase, write_solution_files
 
 EXIT_PASSED, EXIT_FAILED, EXIT_CANNOT_GRADE = 0, 1, 2
 
@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("-k", "--select", metavar="EXPR",
                        help="run only the graded tests matching this pytest -k expression (never passes the phase)")
     check.add_argument("--keep-temp", action="store_true", help="keep the temporary run directory (debugging)")
+    # grade-all's sandbox: the report goes out, authenticated, on an inherited pipe (grader/sandbox.py)
+    check.add_argument("--report-fd", type=int, help=argparse.SUPPRESS)
+    check.add_argument("--report-key-fd", type=int, help=argparse.SUPPRESS)
     _add_check_options(check)
 
     status = sub.add_parser("status", help="show each phase: locked / unlocked / passed / stale")
@@ -72,13 +75,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 def cmd_check(args: argparse.Namespace) -> int:
+    # In grade-all's sandbox: protect this process and take the report key before any learner code runs.
+    channel = (sandbox.ReportChannel.open(args.report_fd, args.report_key_fd)
+               if args.report_fd is not None and args.report_key_fd is not None else None)
+
+    def emit_json(text: str) -> None:
+        print(text)
+        if channel is not None:
+            channel.send(text)
+
     phase = get_phase(args.phase)
     if phase.published and not args.solutions:  # reference solutions are graded whatever the progress says
         try:
             require(phase.name)
         except PhaseLocked as err:
             if args.json:
-                print(json.dumps({"phase": phase.name, "passed": False, "error": str(err)}))
+                emit_json(json.dumps({"phase": phase.name, "passed": False, "error": str(err)}))
             else:
                 print(f"grader check {phase.name}: {err} (Instructors: GRADER_SKIP_GATES=1 grades it anyway.)",
                       file=sys.stderr)
@@ -92,11 +104,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         report = check_phase(opts)
     except NotPublishedError as err:
         if args.json:
-            print(json.dumps({"phase": phase.name, "passed": False, "error": str(err)}))
+            emit_json(json.dumps({"phase": phase.name, "passed": False, "error": str(err)}))
         else:
             print(err, file=sys.stderr)
         return EXIT_CANNOT_GRADE
-    print(report.to_json() if args.json else render_report(report))
+    if args.json:
+        emit_json(report.to_json())
+    else:
+        print(render_report(report))
     return EXIT_PASSED if report.passed else EXIT_FAILED
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -138,9 +153,9 @@ def _find_submission_notebook(sub: Path, lab: str) -> Path | None:
             return candidate
     return None
 
-def _check_args(args: argparse.Namespace) -> list[str]:
-    """The options of `grade-all` passed on to the sandboxed `grader check`."""
-    out = [args.phase, "--timeout", str(args.timeout)]
+def _check_args(args: argparse.Namespace, phase) -> list[str]:
+    """The options of `grade-all` passed on to the sandboxed `grader check` (the phase first)."""
+    out = [phase.name, "--timeout", str(args.timeout)]
     if args.device:
         out += ["--device", args.device]
     if args.require_perf:
@@ -151,30 +166,51 @@ def _check_args(args: argparse.Namespace) -> list[str]:
         out += ["--seed", str(args.seed)]
     return out
 
+def _with_deliverable(row: dict, verdict: deliverables.Verdict | None) -> dict:
+    """A row's verdict: the report's, and the deliverable as the grader re-evaluated it from the files."""
+    if verdict is None:
+        return row
+    failed = [row["failed_checks"]] if row.get("failed_checks") else []
+    if not verdict.passed:
+        failed.append(f"{verdict.deliverable} (re-evaluated by the grader): {verdict.message}")
+    return {**row, "passed": bool(row["passed"]) and verdict.passed, "deliverable": str(verdict),
+            "failed_checks": "; ".join(failed)}
+
+
 def _grade_unsandboxed(args: argparse.Namespace, phase, notebook: Path) -> dict:
     with tempfile.TemporaryDirectory(prefix="grader-ws-") as ws:
+        write_solution_files(Path(ws), phase, include_own=False)  # earlier phases: the reference files
         report = check_phase(CheckOptions(
             phase=phase, device=args.device, notebook=notebook, workspace=Path(ws), timeout_s=args.timeout,
             require_perf=args.require_perf, sanitize=args.sanitize, seed=args.seed, record=False))
+        verdict = deliverables.verify(phase.name, Path(ws))
     failed = [c for c in report.checks if c.blocking(report.require_perf)]
-    return {"passed": report.passed, "device": report.device, "seed": report.seed,
-            "passed_checks": sum(c.result == "PASS" for c in report.checks),
-            "failed_checks": "; ".join(f"{c.name} [{c.result}]" for c in failed)}
+    row = {"passed": report.passed, "device": report.device, "seed": report.seed,
+           "passed_checks": sum(c.result == "PASS" for c in report.checks),
+           "failed_checks": "; ".join(f"{c.name} [{c.result}]" for c in failed)}
+    return _with_deliverable(row, verdict)
 
-def _grade_sandboxed(args: argparse.Namespace, sub: Path, notebook: Path) -> dict:
-    result = sandbox.grade_in_sandbox(sub, notebook, args.submissions, _check_args(args),
-                                      sandbox.Limits(wall_seconds=max(600.0, 20 * args.timeout)))
+
+def _grade_sandboxed(args: argparse.Namespace, phase, sub: Path, notebook: Path) -> dict:
+    result = sandbox.grade_in_sandbox(sub, notebook, args.submissions, _check_args(args, phase),
+                                      sandbox.Limits(wall_seconds=max(600.0, 20 * args.timeout)),
+                                      prepare=lambda ws: write_solution_files(ws, phase, include_own=False))
     report = result.report
     if report is None:
-        why = ("killed after the sandbox's time limit" if result.returncode is None
-               else f"no report (exit code {result.returncode}): " + result.output.strip()[-300:])
-        return {"passed": False, "failed_checks": f"sandbox: {why}"}
+        if result.returncode is None:
+            why = "killed after the sandbox's time limit"
+        elif result.rejected:
+            why = "the report channel carried a report that failed authentication (refused)"
+        else:
+            why = f"no authentic report (exit code {result.returncode}): " + result.output.strip()[-300:]
+        return _with_deliverable({"passed": False, "failed_checks": f"sandbox: {why}"}, result.deliverable)
     require_perf = bool(report.get("require_perf"))
     checks = report.get("checks") or []
     failed = [c for c in checks if CheckResult(c.get("name", ""), str(c.get("result")), "", "").blocking(require_perf)]
-    return {"passed": bool(report.get("passed")), "device": report.get("device"), "seed": report.get("seed"),
-            "passed_checks": sum(c.get("result") == "PASS" for c in checks),
-            "failed_checks": "; ".join(f"{c.get('name')} [{c.get('result')}]" for c in failed)}
+    row = {"passed": bool(report.get("passed")), "device": report.get("device"), "seed": report.get("seed"),
+           "passed_checks": sum(c.get("result") == "PASS" for c in checks),
+           "failed_checks": "; ".join(f"{c.get('name')} [{c.get('result')}]" for c in failed)}
+    return _with_deliverable(row, result.deliverable)
 
 def cmd_grade_all(args: argparse.Namespace) -> int:
     phase = get_phase(args.phase)
@@ -191,10 +227,10 @@ def cmd_grade_all(args: argparse.Namespace) -> int:
             rows.append({"submission": sub.name, "passed": False, "failed_checks": f"no {phase.lab}.ipynb"})
             continue
         row = (_grade_unsandboxed(args, phase, notebook) if args.unsandboxed
-               else _grade_sandboxed(args, sub, notebook))
+               else _grade_sandboxed(args, phase, sub, notebook))
         rows.append({"submission": sub.name, **row})
         print(f"{sub.name:30} {'PASSED' if row['passed'] else 'NOT PASSED'}", flush=True)
-    fields = ["submission", "passed", "device", "seed", "passed_checks", "failed_checks"]
+    fields = ["submission", "passed", "device", "seed", "passed_checks", "failed_checks", "deliverable"]
     with open(args.csv, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()

@@ -18,6 +18,7 @@ import hashlib
 import json
 import re
 import shutil
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ END_SOLUTION = "### END SOLUTION"
 BEGIN_HIDDEN = "### BEGIN HIDDEN TESTS"
 END_HIDDEN = "### END HIDDEN TESTS"
 DEFAULT_HINT = "write this part (see the instructions above)"
+# Learner-facing lines (lab cells, book code blocks) are at most this long: tests/test_line_length.py.
+LINE_LIMIT = 88
 METADATA_KEY = "minitorch"
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
@@ -119,14 +122,33 @@ def _stub_solutions(source: str, *, lab: str, heading: str, where: str) -> str:
             j += 1
         if j == len(lines):
             raise LabError(f"{where}: {BEGIN_SOLUTION} is never closed")
-        message = json.dumps(f"{lab} / {heading}: {hint}", ensure_ascii=False)
-        out.append(f"{indent}{comment} TODO: {hint}")
-        if is_cuda:
-            out.append(f"{indent}MINITORCH_TODO({message});")
-        else:
-            out.append(f"{indent}raise NotImplementedError({message})")
+        out += _todo_lines(indent, comment, hint, f"{lab} / {heading}: {hint}", is_cuda)
         i = j + 1
     return "\n".join(out)
+
+
+def _todo_lines(indent: str, comment: str, hint: str, message: str, is_cuda: bool) -> list[str]:
+    """``// TODO: hint`` and the stub that raises ``message``, each wrapped to LINE_LIMIT characters:
+    the comment over several comment lines, the message as adjacent string literals (C and Python
+    both join them), so the learner reads every word without scrolling."""
+    head = f"{indent}{comment} TODO: "
+    lines = textwrap.wrap(hint, LINE_LIMIT - len(head), break_long_words=False, break_on_hyphens=False)
+    out = [head + lines[0]] + [f"{indent}{comment}{' ' * (len(head) - len(indent) - len(comment))}{line}"
+                               for line in lines[1:]]
+    call, end = ("MINITORCH_TODO(", ");") if is_cuda else ("raise NotImplementedError(", ")")
+    one_line = f"{indent}{call}{json.dumps(message, ensure_ascii=False)}{end}"
+    if len(one_line) <= LINE_LIMIT:
+        return out + [one_line]
+    inner = indent + " " * 4
+    width = LINE_LIMIT - len(inner) - len(end)
+    literals, chunk = [], ""
+    for word in re.findall(r"\S+\s*", message):   # each word keeps its space: the chunks join exactly
+        if chunk and len(json.dumps(chunk + word, ensure_ascii=False)) > width:
+            literals.append(json.dumps(chunk, ensure_ascii=False))
+            chunk = ""
+        chunk += word
+    literals.append(json.dumps(chunk, ensure_ascii=False))
+    return out + [f"{indent}{call}"] + [inner + lit for lit in literals[:-1]] + [inner + literals[-1] + end]
 
 
 def content_sha256(cells: list[dict[str, Any]]) -> str:

@@ -11,28 +11,57 @@ thresholds) or fork forever. Each submission is graded by `grader check` inside 
 - limits set with prlimit inside: processes, address space, CPU seconds, file size; a wall-clock
   timeout kills the whole sandbox (its PID namespace dies with it).
 
-The grader reads the sandboxed `grader check --json` report from the sandbox's standard output and
-writes the CSV itself, outside. As root, the sandbox runs as user nobody (65534): the process limit
-does not apply to root.
+As root, the sandbox runs as user nobody (65534): the process limit does not apply to root.
+
+What the grade rests on, and what a submission can reach (grader/README.md says the same in prose):
+
+- The report. Inside, `grader check` (started with ``python -P -s``: the submission's directory is
+  not on its import path, so a ``grader/`` package in a submission cannot replace the grader) makes
+  itself non-dumpable first (``prctl(PR_SET_DUMPABLE, 0)``): another process of the same user can
+  then neither open its file descriptors through /proc, nor read its memory, nor ptrace it. It
+  receives a fresh random key on one inherited pipe and sends its JSON report, with an HMAC-SHA256
+  under that key, on another; no other process of the sandbox holds either pipe. The grade is read
+  from that channel only, never from the sandbox's output, and a report whose HMAC does not verify
+  is refused. A submission can kill the grader (no report: not passed), not speak for it.
+- The deliverable. The saved model files are re-evaluated by this process, outside the sandbox,
+  after every process of the submission is gone (grader/deliverables.py): NumPy float64 on held-out
+  data, the files read as untrusted input.
+- What still shares a process with the learner's Python: the notebook step runs the learner's
+  notebook, and the graded tests import the learner's launcher modules (they call them). Code run
+  there can patch the graded tests or the results they stream to the grader, so a determined
+  submission can make the kernel checks (and any in-process deliverable such as Phase 3b's XOR
+  training) report PASS. The sandbox contains what that code can do to the machine, and the report
+  channel and the outside re-evaluation keep it from forging the rest; reading the submissions'
+  code remains the instructor's check on those.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import hashlib
+import hmac
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader import paths
+from grader import deliverables, paths
 
 NOBODY = 65534
 INSIDE = Path("/tmp")            # the sandbox's own tmpfs
 SUBMISSION = INSIDE / "submission"
 WORKSPACE = INSIDE / "workspace"
+KEY_BYTES = 32
+MAX_REPORT_BYTES = 32 << 20
+PR_SET_DUMPABLE = 4
 
 
 class SandboxUnavailableError(RuntimeError):
@@ -76,12 +105,24 @@ def _hidden_dirs(submissions: Path) -> list[Path]:
 
 
 def _readonly_rebinds(hidden: list[Path]) -> list[Path]:
-    """What grading needs that a hidden directory may hold: the course and the Python in use."""
+    """What grading needs that a hidden directory (or the sandbox's own /tmp) may hold: the course,
+    the Python in use and the data directory."""
     needed = [paths.repo_root().resolve(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
               Path(sys.executable).resolve().parent.parent]
     if data := os.environ.get("MINITORCH_DATA_DIR"):   # MNIST, sales.tsv: read-only like the course
         needed.append(Path(data).resolve())
     return [n for n in dict.fromkeys(needed) if any(n.is_relative_to(h) for h in hidden)]
+
+
+def _rebind(paths_: list[Path], covers: list[Path]) -> list[str]:
+    """bwrap options that make `paths_` visible again (read-only) under the tmpfs mounted on `covers`."""
+    out = []
+    for n in paths_:
+        top = next(h for h in covers if n.is_relative_to(h))
+        for parent in reversed(n.relative_to(top).parents[:-1]):   # bwrap would create them 0700
+            out += ["--perms", "0755", "--dir", str(top / parent)]
+        out += ["--ro-bind", str(n), str(n)]
+    return out
 
 
 def command(inner: list[str], stage: Path, submissions: Path, limits: Limits) -> list[str]:
@@ -94,12 +135,12 @@ def command(inner: list[str], stage: Path, submissions: Path, limits: Limits) ->
     hidden = _hidden_dirs(submissions)
     for h in hidden:
         cmd += ["--tmpfs", str(h)]
-    for n in _readonly_rebinds(hidden):
-        top = next(h for h in hidden if n.is_relative_to(h))
-        for parent in reversed(n.relative_to(top).parents[:-1]):   # bwrap would create them 0700
-            cmd += ["--perms", "0755", "--dir", str(top / parent)]
-        cmd += ["--ro-bind", str(n), str(n)]
-    cmd += ["--tmpfs", str(INSIDE), "--bind", str(stage / "submission"), str(SUBMISSION),
+    cmd += _rebind(_readonly_rebinds(hidden), hidden)
+    cmd += ["--tmpfs", str(INSIDE)]
+    # Needed paths under /tmp (a data directory, say) come back read-only; /tmp itself never does.
+    cmd += _rebind([n for n in _readonly_rebinds([INSIDE]) if n != INSIDE and not n.is_relative_to(stage)],
+                   [INSIDE])
+    cmd += ["--bind", str(stage / "submission"), str(SUBMISSION),
             "--bind", str(stage / "workspace"), str(WORKSPACE),
             "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--chdir", str(SUBMISSION)]
@@ -129,48 +170,134 @@ def sandbox_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
+# ---------------------------------------------------------------- the report channel
+
+
+def protect_this_process() -> None:
+    """Make this process non-dumpable: processes of the same user (the submission's) can no longer
+    open its /proc/<pid>/fd, read its memory or environment, or ptrace it. Linux only."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_DUMPABLE, 0): {os.strerror(err)}")
+
+
+def _mac(key: bytes, report: str) -> str:
+    return hmac.new(key, report.encode(), hashlib.sha256).hexdigest()
+
+
+class ReportChannel:
+    """The sandboxed `grader check`'s end: `open` before any learner code runs, `send` at the end."""
+
+    def __init__(self, report_fd: int, key: bytes) -> None:
+        self._fd, self._key = report_fd, key
+
+    @classmethod
+    def open(cls, report_fd: int, key_fd: int) -> ReportChannel:
+        protect_this_process()
+        key = b""
+        while len(key) < KEY_BYTES and (chunk := os.read(key_fd, KEY_BYTES - len(key))):
+            key += chunk
+        os.close(key_fd)
+        if len(key) != KEY_BYTES:
+            raise RuntimeError("grader check: the sandbox's report key did not arrive")
+        os.set_inheritable(report_fd, False)  # never passed on to the notebook or the tests
+        return cls(report_fd, key)
+
+    def send(self, report: str) -> None:
+        envelope = json.dumps({"report": report, "mac": _mac(self._key, report)}).encode()
+        view = memoryview(envelope)
+        while view:
+            view = view[os.write(self._fd, view):]
+        os.close(self._fd)
+
+
+def open_envelope(data: bytes, key: bytes) -> dict | None:
+    """The report sent through the channel, or None unless it is exactly one envelope whose HMAC
+    verifies under `key`."""
+    try:
+        envelope = json.loads(data.decode())
+        report, mac = envelope["report"], envelope["mac"]
+        if not (isinstance(report, str) and isinstance(mac, str) and set(envelope) == {"report", "mac"}):
+            return None
+        if not hmac.compare_digest(mac, _mac(key, report)):
+            return None
+        parsed = json.loads(report)
+    except (UnicodeDecodeError, ValueError, TypeError, KeyError):
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _read_all(fd: int, limit: int, into: list[bytes]) -> None:
+    total = 0
+    while total <= limit and (chunk := os.read(fd, 1 << 16)):
+        into.append(chunk)
+        total += len(chunk)
+
+
 @dataclass
 class SandboxResult:
-    report: dict | None      # `grader check --json` as parsed, or None
+    report: dict | None      # `grader check --json` as sent through the report channel, or None
     output: str              # what the sandbox printed (for a row's failure reason)
     returncode: int | None   # None: killed after the wall-clock limit
+    rejected: bool = False   # something arrived on the report channel but did not verify
+    deliverable: deliverables.Verdict | None = None  # re-evaluated outside, after the sandbox ended
 
 
 def grade_in_sandbox(submission_dir: Path, notebook: Path, submissions: Path, grade_args: list[str],
-                     limits: Limits | None = None) -> SandboxResult:
-    """Copy the submission into a fresh stage, run `grader check` over it in the sandbox, parse its report."""
+                     limits: Limits | None = None,
+                     prepare: Callable[[Path], None] | None = None) -> SandboxResult:
+    """Copy the submission into a fresh stage, run `grader check` over it in the sandbox, read its
+    authenticated report, then re-evaluate the phase's deliverable from the files it saved.
+    `prepare(workspace)` fills the workspace first (the earlier phases' files)."""
     with tempfile.TemporaryDirectory(prefix="grader-sandbox-") as tmp:
         stage = Path(tmp)
         shutil.copytree(submission_dir, stage / "submission", symlinks=False,
                         ignore_dangling_symlinks=True)
         (stage / "workspace").mkdir()
+        if prepare is not None:
+            prepare(stage / "workspace")
         if os.geteuid() == 0:
             for p in [stage, *stage.rglob("*")]:
                 os.chown(p, NOBODY, NOBODY, follow_symlinks=False)
-        inner = [sys.executable, "-m", "grader", "check", *grade_args, "--notebook",
+        key = secrets.token_bytes(KEY_BYTES)
+        key_r, key_w = os.pipe()
+        report_r, report_w = os.pipe()
+        os.write(key_w, key)
+        os.close(key_w)
+        # -P: the submission's directory (the working directory) is not put on sys.path, so its files
+        # cannot stand in for the grader's modules; -s: no user site-packages.
+        inner = [sys.executable, "-P", "-s", "-m", "grader", "check", *grade_args, "--notebook",
                  str(SUBMISSION / notebook.relative_to(submission_dir)), "--workspace", str(WORKSPACE),
-                 "--no-record", "--json"]
+                 "--no-record", "--json", "--report-fd", str(report_w), "--report-key-fd", str(key_r)]
         limits = limits or Limits()
         cmd = command(inner, stage, submissions, limits)
         env = sandbox_env(os.environ.copy())
+        received: list[bytes] = []
         try:
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace",
-                                  stdin=subprocess.DEVNULL, timeout=limits.wall_seconds)
-        except subprocess.TimeoutExpired as err:
-            out = (err.stdout or b"").decode(errors="replace") if isinstance(err.stdout, bytes) else (err.stdout or "")
-            return SandboxResult(None, out, None)
-        return SandboxResult(_last_json(proc.stdout), proc.stdout + proc.stderr, proc.returncode)
-
-
-def _last_json(text: str) -> dict | None:
-    """The JSON report `grader check --json` prints last (an indented object)."""
-    start = text.rfind("\n{")
-    start = 0 if text.startswith("{") and start < 0 else start + 1
-    try:
-        data = json.loads(text[start:])
-    except (json.JSONDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    errors="replace", stdin=subprocess.DEVNULL, pass_fds=(report_w, key_r))
+        finally:
+            os.close(report_w)  # only the sandboxed grader holds the write end now
+            os.close(key_r)
+        reader = threading.Thread(target=_read_all, args=(report_r, MAX_REPORT_BYTES, received), daemon=True)
+        reader.start()
+        try:
+            output, _ = proc.communicate(timeout=limits.wall_seconds)
+            returncode: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            proc.kill()  # bwrap dies, and the sandbox's PID namespace with it
+            output, _ = proc.communicate()
+            returncode = None
+        reader.join(timeout=60)
+        os.close(report_r)
+        data = b"".join(received)
+        report = open_envelope(data, key) if data and len(data) <= MAX_REPORT_BYTES else None
+        phase = grade_args[0]
+        # The sandbox's processes are all gone: what the workspace holds now is final.
+        verdict = deliverables.verify(phase, stage / "workspace") if phase in deliverables.OUTSIDE else None
+        return SandboxResult(report, output or "", returncode, rejected=bool(data) and report is None,
+                             deliverable=verdict)
 
 
 def check_works() -> str | None:

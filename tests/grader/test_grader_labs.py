@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -86,7 +87,9 @@ def test_stubs_hints_hidden_tests_and_outputs(dirs):
     assert "BEGIN SOLUTION" not in "".join(sources) and "HIDDEN" not in "".join(sources)
     assert '    // TODO: a grid-stride loop.\n    MINITORCH_TODO("phase1_memory / Exercise 2: kernels: a grid-stride loop.");' in cu
     assert "out[i] = value" not in cu
-    assert '    # TODO: ceil(n / THREADS), at least 1.\n    raise NotImplementedError("phase1_memory / Exercise 3: launchers: ceil(n / THREADS), at least 1.")' in py
+    # Too long for one line of LINE_LIMIT characters: the message is split into adjacent literals.
+    assert ('    # TODO: ceil(n / THREADS), at least 1.\n    raise NotImplementedError(\n'
+            '        "phase1_memory / Exercise 3: launchers: ceil(n / THREADS), at least 1.")') in py
     assert f"# TODO: {labs.DEFAULT_HINT}" in py
     assert test == 'x = 1\nprint("ok")\n'
     assert len(nb["cells"]) == 5  # the hidden-tests-only cell is gone
@@ -104,6 +107,36 @@ def test_python_stub_raises_naming_lab_and_cell(dirs):
     exec(code, namespace)
     with pytest.raises(NotImplementedError, match="phase1_memory / Exercise 3: launchers"):
         namespace["blocks_for"](10)
+
+
+LONG_HINT = ("start at this thread's global index; step by the number of threads in the grid "
+             "(gridDim.x * blockDim.x, a \"stride\"); stop at n, which may not be a multiple of it")
+
+
+@pytest.mark.parametrize("kind", ["python", "cuda"])
+def test_long_hints_wrap_to_the_line_limit_and_keep_every_word(kind):
+    """A hint longer than a line: the TODO comment wraps, the stub's message is split into
+    adjacent string literals that join (in Python and in C alike) to the unwrapped message."""
+    comment = "//" if kind == "cuda" else "#"
+    source = (f"%%kernel k.cu\nvoid f() {{\n    {comment} ### BEGIN SOLUTION\n    {comment} HINT: {LONG_HINT}\n"
+              f"    x = 1;\n    {comment} ### END SOLUTION\n}}") if kind == "cuda" else (
+              f"def f():\n    ### BEGIN SOLUTION\n    # HINT: {LONG_HINT}\n    return 1\n    ### END SOLUTION")
+    stub = labs._stub_solutions(source, lab="phase1_memory", heading="Exercise 2: fill and copy kernels",
+                                where="test")
+    lines = stub.split("\n")
+    assert max(len(line) for line in lines) <= labs.LINE_LIMIT, stub
+    todo = [line.strip()[len(comment):].strip() for line in lines if line.strip().startswith(comment)]
+    assert " ".join(todo).removeprefix("TODO: ") == LONG_HINT
+    message = f"phase1_memory / Exercise 2: fill and copy kernels: {LONG_HINT}"
+    call = stub[stub.index("MINITORCH_TODO(" if kind == "cuda" else "NotImplementedError("):]
+    literals = re.findall(r'"((?:[^"\\]|\\.)*)"', call)
+    assert len(literals) > 1 and "".join(json.loads(f'"{lit}"') for lit in literals) == message
+    if kind == "python":
+        namespace: dict = {}
+        exec(stub, namespace)
+        with pytest.raises(NotImplementedError) as err:
+            namespace["f"]()
+        assert str(err.value) == message
 
 
 def test_generation_is_deterministic_and_check_passes(dirs):
