@@ -12,7 +12,7 @@ from minitorch.tensor import Tensor
 
 __all__ = ["mse_loss", "relu", "sigmoid",
            # Phase 6
-           "accuracy", "class_indices", "cross_entropy", "log_softmax", "softmax"]
+           "accuracy", "class_indices", "conv2d", "cross_entropy", "log_softmax", "max_pool2d", "softmax"]
 
 
 def _tensor(op: str, name: str, x: object) -> Tensor:
@@ -87,3 +87,22 @@ def accuracy(logits: Tensor, targets: Any) -> float:
         raise ValueError(f"accuracy: logits must be (batch, classes) with batch > 0, got shape {logits.shape}")
     t = targets_for("accuracy", targets, logits)
     return float(np.mean(np.argmax(logits.numpy(), axis=1) == t.numpy()))
+
+
+# ---------------------------------------------------------------- Phase 6: convolution and pooling
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int = 1, padding: int = 0) -> Tensor:
+    """The 2-D convolution (cross-correlation) of x (N, C, H, W) with weight (K, C, R, S), plus bias (K,):
+    y (N, K, P, Q), P = (H + 2 padding - R) // stride + 1 (Q likewise)."""
+    _tensor("conv2d", "x", x)
+    _tensor("conv2d", "weight", weight)
+    if bias is not None:
+        _tensor("conv2d", "bias", bias)
+    return autograd.Conv2d.apply(x, weight, bias, stride, padding)
+
+
+def max_pool2d(x: Tensor, kernel_size: int, stride: int | None = None, padding: int = 0) -> Tensor:
+    """The maximum of each kernel_size x kernel_size window of x (N, C, H, W); stride = kernel_size unless
+    given. The gradient goes to the first maximum of each window in row-major order."""
+    return autograd.MaxPool2d.apply(_tensor("max_pool2d", "x", x), kernel_size, stride, padding)
