@@ -115,3 +115,65 @@ def test_softmax_launcher_computing_with_numpy_is_rejected(tmp_path):
             assert check["result"] == "FAIL" and "no launch of `softmax_forward`" in check["reason"], check
     [replay] = [c for c in results(report, "test_results_come_from_your_kernels") if c["name"].endswith("[softmax]")]
     assert replay["result"] == "FAIL" and "no kernel launch was recorded" in replay["reason"], replay
+
+
+# ---------------------------------------------------------------- conv.cu / conv.py, maxpool.cu / maxpool.py
+
+
+def test_convolution_with_the_filter_flipped_is_named(tmp_path):
+    """The textbook convolution (filter flipped) instead of the cross-correlation every framework computes."""
+    files = solution_sources()
+    files["conv.cu"] = replace_once(files["conv.cu"], "acc += wk[r * S + s] * x_at(",
+                                    "acc += wk[(R - 1 - r) * S + (S - 1 - s)] * x_at(")
+    report = grade(tmp_path, files, "-k", "test_conv_forward_values and direct")
+    checks = {c["name"]: c for c in results(report, "test_conv_forward_values")}
+    one_by_one = [c for name, c in checks.items() if "r1s" in name]
+    assert one_by_one and all(c["result"] == "PASS" for c in one_by_one), checks  # a 1x1 filter is its own flip
+    wider = [c for name, c in checks.items() if "r1s" not in name]
+    assert wider and all(c["result"] == "FAIL" and "FLIPPED" in c["reason"] for c in wider), wider
+
+
+def test_convolution_reading_the_padding_from_memory_is_rejected(tmp_path):
+    """x_at without its bounds check: the padding is read from whatever lies beside the image."""
+    files = solution_sources()
+    files["conv.cu"] = replace_once(files["conv.cu"], "    if (h < 0 || h >= H || w < 0 || w >= W) {\n"
+                                    "        return 0.0f;\n    }\n", "")
+    report = grade(tmp_path, files, "-k", "test_conv_forward_values and direct and (1x2x5x4 or 2x3x7x9 or 1x2x9x8)")
+    checks = {c["name"]: c for c in results(report, "test_conv_forward_values")}
+    unpadded = [c for name, c in checks.items() if name.endswith("p0]")]
+    assert unpadded and all(c["result"] == "PASS" for c in unpadded), checks
+    padded = [c for name, c in checks.items() if not name.endswith("p0]")]
+    assert padded and all(c["result"] in ("FAIL", "CRASH") for c in padded), padded
+    assert all("padding" in c["reason"] or "out-of-bounds" in c["reason"] for c in padded), padded
+
+
+def test_pooling_backward_to_every_element_of_the_window_is_rejected(tmp_path):
+    files = solution_sources()
+    files["maxpool.cu"] = replace_once(files["maxpool.cu"], "if (argmax[o] == h * W + w) {", "if (true) {")
+    report = grade(tmp_path, files, "-k", "test_maxpool_backward_values or test_maxpool_forward_values")
+    assert all(c["result"] == "PASS" for c in results(report, "test_maxpool_forward_values")), report["checks"]
+    checks = {c["name"]: c for c in results(report, "test_maxpool_backward_values")}
+    assert checks["test_maxpool_backward_values[1x1x1x1-k1s1p0]"]["result"] == "PASS"  # a window of one
+    wrong = [c for name, c in checks.items() if "k1s1p0" not in name]
+    assert wrong and all(c["result"] == "FAIL" and "were no window's maximum received a gradient" in c["reason"]
+                         for c in wrong), wrong
+
+
+def test_conv_launcher_computing_with_numpy_is_rejected(tmp_path):
+    files = solution_sources()
+    files["conv.py"] = replace_once(
+        files["conv.py"],
+        '        load_kernel("conv.cu", "conv2d_direct")((blocks_for(y.size),), (THREADS,), args)\n',
+        "        xh, wh = backend.asnumpy(x).astype(np.float64), backend.asnumpy(w).astype(np.float64)\n"
+        "        xh = np.pad(xh, ((0, 0), (0, 0), (padding, padding), (padding, padding)))\n"
+        "        win = np.lib.stride_tricks.sliding_window_view(xh, (r, s), axis=(2, 3))\n"
+        "        out = np.einsum('ncpqrs,kcrs->nkpq', win[:, :, ::stride, ::stride], wh)\n"
+        "        y.set((out + backend.asnumpy(b)[None, :, None, None]).astype(np.float32))\n")
+    report = grade(tmp_path, files, "-k", "(test_conv_forward_values and direct and 2x3x7x9) or "
+                   "test_conv_results_come_from_your_kernels")
+    [values] = results(report, "test_conv_forward_values")
+    assert values["result"] == "FAIL" and "no launch of `conv2d_direct`" in values["reason"], values
+    checks = {c["name"]: c for c in results(report, "test_conv_results_come_from_your_kernels")}
+    bad = checks["test_conv_results_come_from_your_kernels[forward-direct]"]
+    assert bad["result"] == "FAIL" and "no kernel launch was recorded" in bad["reason"], bad
+    assert all(c["result"] == "PASS" for name, c in checks.items() if "forward-direct" not in name), checks
