@@ -177,3 +177,54 @@ def test_conv_launcher_computing_with_numpy_is_rejected(tmp_path):
     bad = checks["test_conv_results_come_from_your_kernels[forward-direct]"]
     assert bad["result"] == "FAIL" and "no kernel launch was recorded" in bad["reason"], bad
     assert all(c["result"] == "PASS" for name, c in checks.items() if "forward-direct" not in name), checks
+
+
+# ---------------------------------------------------------------- the deliverable
+
+
+def _mnist_workspace(tmp_path: Path, params: dict, record: dict) -> dict[str, str]:
+    """The solution files, and a saved model written into the workspace the grader will read."""
+    import json
+
+    import numpy as np
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir(exist_ok=True)
+    np.savez(workspace / "mnist_model.npz", **params)
+    (workspace / "mnist_model.json").write_text(json.dumps(record))
+    return solution_sources()
+
+
+def _untrained(seed: int = 0) -> dict:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    shapes = {"0.weight": (8, 1, 3, 3), "0.bias": (8,), "3.weight": (16, 8, 3, 3), "3.bias": (16,),
+              "7.weight": (784, 64), "7.bias": (64,), "9.weight": (64, 10), "9.bias": (10,)}
+    return {k: rng.uniform(-0.1, 0.1, s).astype(np.float32) for k, s in shapes.items()}
+
+
+RECORD = {"format": 1, "input_mean": 0.1307, "input_std": 0.3081, "full": False,
+          "config": {"epochs": 2, "train_images": 3000, "monitor_images": 1000}, "test_accuracy": 0.99}
+
+
+@pytest.mark.skipif(not (REPO / "grader" / "tests" / "test_phase6_mnist.py").exists(), reason="no deliverable test")
+def test_untrained_mnist_model_reporting_99_percent_is_rejected(tmp_path):
+    """The record claims 99%; the grader scores the parameters itself and finds chance."""
+    files = _mnist_workspace(tmp_path, _untrained(), RECORD)
+    report = grade(tmp_path, files, "-k", "test_mnist_model")
+    [check] = results(report, "test_mnist_model_accuracy_on_the_test_set")
+    assert check["result"] == "FAIL", check
+    assert "the notebook reported 99.00%" in check["reason"] and "at least" in check["reason"], check
+
+
+@pytest.mark.skipif(not (REPO / "grader" / "tests" / "test_phase6_mnist.py").exists(), reason="no deliverable test")
+def test_mnist_model_of_another_network_is_rejected(tmp_path):
+    """A first Linear layer stored PyTorch's way, (out, in), is not the course's network as minitorch saves it."""
+    params = _untrained()
+    params["7.weight"] = params["7.weight"].T.copy()
+    files = _mnist_workspace(tmp_path, params, RECORD)
+    report = grade(tmp_path, files, "-k", "test_mnist_model")
+    [check] = results(report, "test_mnist_model_accuracy_on_the_test_set")
+    assert check["result"] == "FAIL" and "is not the course's network" in check["reason"], check
+    assert "7.weight (64, 784) (expected (784, 64))" in check["reason"], check
