@@ -117,13 +117,14 @@ def test_softmax_of_a_dim_other_than_the_last_is_refused(solutions):
 # ---------------------------------------------------------------- the emulator runs the learner's kernels
 
 
-def test_emulator_matches_float64(solutions):
+@pytest.mark.parametrize("device", ["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_device_matches_float64(solutions, device):
     rng = np.random.default_rng(5)
     x_host = (rng.standard_normal((9, 13)) * 5).astype(np.float32)
     labels = rng.integers(0, 13, 9)
-    x = minitorch.tensor(x_host, "emu", requires_grad=True)
+    x = minitorch.tensor(x_host, device, requires_grad=True)
     kernels.reset_launch_counts()
-    loss = F.cross_entropy(x, F.class_indices(labels, "emu"))
+    loss = F.cross_entropy(x, F.class_indices(labels, device))
     loss.backward()
     assert kernels.launch_count("softmax.cu", "cross_entropy_forward") == 1
     assert kernels.launch_count("softmax.cu", "cross_entropy_backward") == 1
