@@ -57,33 +57,29 @@ def test_softmax_without_the_max_subtracted_fails_on_large_logits(tmp_path):
         assert "not finite" in check["reason"] and "Subtract the row's maximum" in check["reason"], check
 
 
-def test_cross_entropy_gradient_averaged_over_the_classes_is_rejected(tmp_path):
-    """The backward's scale divided by the number of classes instead of the batch size."""
+def test_cross_entropy_means_over_the_wrong_axis_are_named(tmp_path):
+    """Two mistakes in one workspace (each test sees one): the backward's scale divided by the number of classes
+    instead of the batch size (softmax.py), and the mean kernel writing the sum of the rows' losses (softmax.cu)."""
     files = solution_sources()
     files["softmax.py"] = replace_once(files["softmax.py"], "np.float32(grad_loss / rows) if rows",
                                        "np.float32(grad_loss / cols) if rows")
-    report = grade(tmp_path, files, "-k", "test_cross_entropy_backward_values or test_functional_cross_entropy")
-    checks = {c["name"]: c for c in results(report, "test_cross_entropy_backward_values")}
-    square = [c for name, c in checks.items() if "[1-1-" in name]
-    assert square and all(c["result"] == "PASS" for c in square), checks  # rows == cols: no difference
-    wrong = [c for name, c in checks.items() if "[7-10-" in name or "[64-10-" in name]
+    files["softmax.cu"] = replace_once(files["softmax.cu"], "        loss[0] = s / rows;\n", "        loss[0] = s;\n")
+    report = grade(tmp_path, files, "-k", "test_cross_entropy_backward_values or test_cross_entropy_values or "
+                   "test_functional_cross_entropy")
+    backward = {c["name"]: c for c in results(report, "test_cross_entropy_backward_values")}
+    square = [c for name, c in backward.items() if "[1-1-" in name]
+    assert square and all(c["result"] == "PASS" for c in square), backward  # rows == cols: no difference
+    wrong = [c for name, c in backward.items() if "[7-10-" in name or "[64-10-" in name]
     assert wrong and all(c["result"] == "FAIL" for c in wrong), wrong
     assert all("divided by the classes" in c["reason"] and "instead of the rows" in c["reason"] for c in wrong), wrong
-    [functional] = results(report, "test_functional_cross_entropy_and_its_gradient")
-    assert functional["result"] == "FAIL" and "the gradient of F.cross_entropy" in functional["reason"], functional
-
-
-def test_cross_entropy_summed_over_the_batch_is_rejected(tmp_path):
-    """The mean kernel writes the sum of the rows' losses."""
-    files = solution_sources()
-    files["softmax.cu"] = replace_once(files["softmax.cu"], "        loss[0] = s / rows;\n", "        loss[0] = s;\n")
-    report = grade(tmp_path, files, "-k", "test_cross_entropy_values")
-    checks = {c["name"]: c for c in results(report, "test_cross_entropy_values")}
-    one_row = [c for name, c in checks.items() if "[1-" in name]
-    assert one_row and all(c["result"] == "PASS" for c in one_row), checks  # one row: the sum is the mean
-    wrong = [c for name, c in checks.items() if "[64-10-" in name]
+    forward = {c["name"]: c for c in results(report, "test_cross_entropy_values")}
+    one_row = [c for name, c in forward.items() if "[1-" in name]
+    assert one_row and all(c["result"] == "PASS" for c in one_row), forward  # one row: the sum is the mean
+    wrong = [c for name, c in forward.items() if "[64-10-" in name]
     assert wrong and all(c["result"] == "FAIL" and "summed over the rows instead of averaged" in c["reason"]
                          for c in wrong), wrong
+    [functional] = results(report, "test_functional_cross_entropy_and_its_gradient")
+    assert functional["result"] == "FAIL" and "F.cross_entropy" in functional["reason"], functional
 
 
 def test_row_reduce_without_its_second_barrier_is_a_race(tmp_path):
@@ -120,17 +116,27 @@ def test_softmax_launcher_computing_with_numpy_is_rejected(tmp_path):
 # ---------------------------------------------------------------- conv.cu / conv.py, maxpool.cu / maxpool.py
 
 
-def test_convolution_with_the_filter_flipped_is_named(tmp_path):
-    """The textbook convolution (filter flipped) instead of the cross-correlation every framework computes."""
+def test_flipped_filter_and_pooling_gradient_to_the_whole_window_are_named(tmp_path):
+    """Two mistakes in one workspace (no test runs both files): the textbook convolution, filter flipped, instead
+    of the cross-correlation every framework computes (conv.cu); the pooling gradient sent to every element of a
+    window instead of its maximum (maxpool.cu)."""
     files = solution_sources()
     files["conv.cu"] = replace_once(files["conv.cu"], "acc += wk[r * S + s] * x_at(",
                                     "acc += wk[(R - 1 - r) * S + (S - 1 - s)] * x_at(")
-    report = grade(tmp_path, files, "-k", "test_conv_forward_values and direct")
+    files["maxpool.cu"] = replace_once(files["maxpool.cu"], "if (argmax[o] == h * W + w) {", "if (true) {")
+    report = grade(tmp_path, files, "-k", "(test_conv_forward_values and direct) or test_maxpool_backward_values "
+                   "or test_maxpool_forward_values")
     checks = {c["name"]: c for c in results(report, "test_conv_forward_values")}
     one_by_one = [c for name, c in checks.items() if "r1s" in name]
     assert one_by_one and all(c["result"] == "PASS" for c in one_by_one), checks  # a 1x1 filter is its own flip
     wider = [c for name, c in checks.items() if "r1s" not in name]
     assert wider and all(c["result"] == "FAIL" and "FLIPPED" in c["reason"] for c in wider), wider
+    assert all(c["result"] == "PASS" for c in results(report, "test_maxpool_forward_values")), report["checks"]
+    checks = {c["name"]: c for c in results(report, "test_maxpool_backward_values")}
+    assert checks["test_maxpool_backward_values[1x1x1x1-k1s1p0]"]["result"] == "PASS"  # a window of one
+    wrong = [c for name, c in checks.items() if "k1s1p0" not in name]
+    assert wrong and all(c["result"] == "FAIL" and "were no window's maximum received a gradient" in c["reason"]
+                         for c in wrong), wrong
 
 
 def test_convolution_reading_the_padding_from_memory_is_rejected(tmp_path):
@@ -145,18 +151,6 @@ def test_convolution_reading_the_padding_from_memory_is_rejected(tmp_path):
     padded = [c for name, c in checks.items() if not name.endswith("p0]")]
     assert padded and all(c["result"] in ("FAIL", "CRASH") for c in padded), padded
     assert all("padding" in c["reason"] or "out-of-bounds" in c["reason"] for c in padded), padded
-
-
-def test_pooling_backward_to_every_element_of_the_window_is_rejected(tmp_path):
-    files = solution_sources()
-    files["maxpool.cu"] = replace_once(files["maxpool.cu"], "if (argmax[o] == h * W + w) {", "if (true) {")
-    report = grade(tmp_path, files, "-k", "test_maxpool_backward_values or test_maxpool_forward_values")
-    assert all(c["result"] == "PASS" for c in results(report, "test_maxpool_forward_values")), report["checks"]
-    checks = {c["name"]: c for c in results(report, "test_maxpool_backward_values")}
-    assert checks["test_maxpool_backward_values[1x1x1x1-k1s1p0]"]["result"] == "PASS"  # a window of one
-    wrong = [c for name, c in checks.items() if "k1s1p0" not in name]
-    assert wrong and all(c["result"] == "FAIL" and "were no window's maximum received a gradient" in c["reason"]
-                         for c in wrong), wrong
 
 
 def test_conv_launcher_computing_with_numpy_is_rejected(tmp_path):
