@@ -69,7 +69,7 @@ def write_results(name: str, device: str, results: list[dict[str, Any]], **extra
     doc = {"benchmark": name, "device": device, "date": _dt.date.today().isoformat(),
            "software": software(), **extra, "results": results}
     path.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"wrote {path.relative_to(ROOT)}")
+    print(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     return path
 
 

@@ -86,8 +86,10 @@ class Adam:
         m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g * g
         param -= lr * (m / (1 - beta1**t)) / (sqrt(v / (1 - beta2**t)) + eps)
 
-    On cuda/emu every parameter's update is one launch of the learner's fused ``adam_update`` kernel;
-    on cpu the same formula runs in NumPy. ``state_dict()`` holds the step count and m, v.
+    On cuda/emu a step is one launch of the learner's ``adam_step`` (t and the bias corrections, kept
+    in device memory, so that a captured step replays exactly) and one launch of the fused
+    ``adam_update`` kernel per parameter; on cpu the same formula runs in NumPy. ``state_dict()``
+    holds the step count and m, v.
     """
 
     decoupled = False
@@ -103,18 +105,41 @@ class Adam:
                            for i, b in enumerate(betas))
         self.eps = _check_real(name, "eps", eps, lambda x: x > 0, "> 0")
         self.weight_decay = _check_real(name, "weight_decay", weight_decay, lambda x: x >= 0, ">= 0")
-        self.step_count = 0
         self.m: dict[int, Tensor] = {id(p): SGD._zeros_like(p) for p in self.params}
         self.v: dict[int, Tensor] = {id(p): SGD._zeros_like(p) for p in self.params}
+        # On cuda/emu the step count t and the bias corrections 1 - beta**t live in device memory,
+        # advanced there by the learner's adam_step kernel: a Python t would be frozen into the
+        # launches of a captured step (minitorch.graph), and every replay would repeat one step's
+        # correction. Made now, not at the first step, for the same reason as SGD's buffers.
+        self._host_step = 0
+        self._counter: _StepCounter | None = None
+        if self.params[0].device != "cpu":
+            self._counter = _StepCounter(self.params[0].device, 0)
+
+    @property
+    def step_count(self) -> int:
+        """The number of steps taken (read back from the device on cuda/emu: a synchronisation)."""
+        return self._counter.read() if self._counter is not None else self._host_step
 
     def zero_grad(self) -> None:
         for p in self.params:
             p.grad = None
 
     def step(self) -> None:
-        self.step_count += 1
-        t = self.step_count
+        name, device = type(self).__name__, self.params[0].device
+        for i, p in enumerate(self.params):  # checked first: a step must not stop half done
+            if p.device != device:
+                raise ValueError(f"{name}: every parameter must be on one device; parameter 0 is on "
+                                 f"{device!r}, parameter {i} (shape {p.shape}) on {p.device!r}")
         beta1, beta2 = self.betas
+        if device == "cpu":
+            if self._counter is not None:  # the model moved to the cpu since
+                self._host_step, self._counter = self._counter.read(), None
+            self._host_step += 1
+        else:
+            if self._counter is None or self._counter.device != device:  # the model moved since
+                self._counter = _StepCounter(device, self.step_count)
+            launch(device, "adam.py", "adam_step", self._counter.step, self._counter.bias, beta1, beta2)
         for p in self.params:
             if p.grad is None:
                 continue
@@ -122,12 +147,13 @@ class Adam:
             if m.device != p.device:  # the model moved since: the state follows it
                 m = self.m[id(p)] = Tensor(backend.get_backend(p.device).asarray(m.numpy()), p.device)
                 v = self.v[id(p)] = Tensor(backend.get_backend(p.device).asarray(v.numpy()), p.device)
-            if p.device == "cpu":
+            if device == "cpu":
                 _adam_numpy(p.data, p.grad.data, m.data, v.data, self.lr, beta1, beta2, self.eps,
-                            self.weight_decay, t, self.decoupled)
+                            self.weight_decay, self._host_step, self.decoupled)
             elif p.size:
-                launch(p.device, "adam.py", "adam_update", p.data, p.grad.data, m.data, v.data, self.lr,
-                       beta1, beta2, self.eps, self.weight_decay, t, self.decoupled)
+                launch(device, "adam.py", "adam_update", p.data, p.grad.data, m.data, v.data,
+                       self._counter.bias, self.lr, beta1, beta2, self.eps, self.weight_decay,
+                       self.decoupled)
 
     def state_dict(self) -> dict[str, object]:
         """{"step": t, "m": [host arrays in parameter order], "v": [...], and the hyperparameters}."""
@@ -149,10 +175,33 @@ class Adam:
                     raise ValueError(f"{name}.load_state_dict: {key} for a parameter of shape {p.shape} "
                                      f"has shape {a.shape}")
                 store = self.m if key == "m" else self.v
-                store[id(p)] = Tensor(backend.get_backend(p.device).asarray(a.astype(p.dtype)), p.device)
-        self.step_count = int(state["step"])  # type: ignore[call-overload]
+                if store[id(p)].device == p.device:  # in place: a captured step keeps its buffers
+                    store[id(p)].copy_from(a.astype(p.dtype))
+                else:
+                    store[id(p)] = Tensor(backend.get_backend(p.device).asarray(a.astype(p.dtype)), p.device)
+        step = int(state["step"])  # type: ignore[call-overload]
+        if self._counter is not None:
+            self._counter.write(step)
+        else:
+            self._host_step = step
         self.lr, self.betas = float(state["lr"]), tuple(state["betas"])  # type: ignore[arg-type]
         self.eps, self.weight_decay = float(state["eps"]), float(state["weight_decay"])  # type: ignore[arg-type]
+
+
+class _StepCounter:
+    """Adam's step count (int64, shape (1,)) and bias corrections (float32, shape (2,)) on a device."""
+
+    def __init__(self, device: str, step: int) -> None:
+        target = backend.get_backend(device)
+        self.device = device
+        self.step = target.asarray(np.array([step], np.int64))
+        self.bias = target.zeros((2,), np.float32)  # written by adam_step before any update reads it
+
+    def read(self) -> int:
+        return int(backend.get_backend(self.device).asnumpy(self.step)[0])
+
+    def write(self, step: int) -> None:
+        self.step.set(np.array([step], np.int64))  # in place: a captured step keeps the buffer
 
 
 class AdamW(Adam):

@@ -338,6 +338,15 @@ class Tensor:
             shape = tuple(shape[0])
         return autograd.Reshape.apply(self, tuple(shape))
 
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Dimensions start_dim .. end_dim (inclusive, negative from the end) merged into one: a view."""
+        if self.ndim == 0:
+            return self.reshape(1)
+        start, end = (d + self.ndim if d < 0 else d for d in (start_dim, end_dim))
+        if not 0 <= start <= end < self.ndim:
+            raise ValueError(f"flatten: dimensions {start_dim} .. {end_dim} do not fit shape {self.shape}")
+        return self.reshape(*self.shape[:start], math.prod(self.shape[start:end + 1]), *self.shape[end + 1:])
+
 
 # --- creation ----------------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from minitorch import backend, kernels
+from tests.parity_phase6 import NOTEBOOKS as PHASE6_NOTEBOOKS
+from tests.parity_phase6 import PHASE6_CASES
 from tests.solution_files import all_kernel_sources, solution_files
 
 SIZES = [1, 31, 256, 257, 4099, 100_003]
@@ -247,12 +249,13 @@ CASES: dict[tuple[str, str], Callable] = {
     **{key: _phase3(key[1]) for key in PHASE3_KERNELS},
     **{("gemm.cu", kernel): _gemm(variant) for kernel, variant in GEMM_RUNGS.items()},
 }
+CASES.update(PHASE6_CASES)  # tests/parity_phase6.py
 
 
 @pytest.fixture
 def solution_workspace(workspace):
     for notebook in ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase3a_forward.ipynb",
-                     "phase3b_backward.ipynb", "phase4_reductions.ipynb", "phase5_fast.ipynb"):
+                     "phase3b_backward.ipynb", "phase4_reductions.ipynb", *PHASE6_NOTEBOOKS):
         for name, text in solution_files(notebook).items():
             kernels.write_source(name, text)
     return workspace

@@ -13,6 +13,7 @@ accumulates the gradients of the leaves.
 Recording stops inside ``with minitorch.no_grad():`` (an optimizer step, evaluation, backward itself).
 """
 
+from minitorch.autograd.conv import Conv2d
 from minitorch.autograd.elementwise import Add, AddBias, Mul, ReLU, ScalarMul, Sigmoid, Sub, add
 from minitorch.autograd.function import (
     Context,
@@ -25,11 +26,15 @@ from minitorch.autograd.function import (
 )
 from minitorch.autograd.linalg import MatMul, Transpose
 from minitorch.autograd.loss import MSELoss
+from minitorch.autograd.pooling import MaxPool2d
 from minitorch.autograd.reduce import Mean, Sum
 from minitorch.autograd.shape import Reshape
+from minitorch.autograd.softmax import CrossEntropy, LogSoftmax, Softmax
 
 __all__ = [
     "Add", "AddBias", "Context", "Function", "MSELoss", "MatMul", "Mean", "Mul", "ReLU", "Reshape", "ScalarMul",
     "Sigmoid", "Sub", "Sum", "Transpose", "add", "enable_grad", "host_scalar", "is_grad_enabled", "mark_host_value",
     "no_grad",
+    # Phase 6
+    "Conv2d", "CrossEntropy", "LogSoftmax", "MaxPool2d", "Softmax",
 ]

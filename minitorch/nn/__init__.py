@@ -2,7 +2,10 @@
 ``activation``. Later phases add their own files here (convolution, pooling, transformer blocks)."""
 
 from minitorch.nn.activation import ReLU, Sigmoid
+from minitorch.nn.conv import Conv2d, Flatten, MaxPool2d
 from minitorch.nn.linear import Linear
 from minitorch.nn.module import Module, Sequential
 
-__all__ = ["Linear", "Module", "ReLU", "Sequential", "Sigmoid"]
+__all__ = ["Linear", "Module", "ReLU", "Sequential", "Sigmoid",
+           # Phase 6
+           "Conv2d", "Flatten", "MaxPool2d"]

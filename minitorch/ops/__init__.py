@@ -10,16 +10,31 @@ Inputs are checked here, before any launch: a shape, dtype or device mismatch ra
 ``TypeError`` naming what was expected and what came. An empty output launches nothing.
 """
 
+from minitorch.ops.conv import conv2d, conv2d_backward_input, conv2d_backward_weight, conv2d_bias_grad
 from minitorch.ops.dispatch import on_device
 from minitorch.ops.elementwise import add, add_bias, mul, relu, relu_backward, scalar_mul, sigmoid, sigmoid_backward
 from minitorch.ops.linalg import matmul, transpose
 from minitorch.ops.loss import mse_backward, mse_loss
 from minitorch.ops.optim import sgd_momentum_
+from minitorch.ops.pooling import max_pool2d, max_pool2d_backward
 from minitorch.ops.reduce import bias_grad, column_mean_var, max, sum  # noqa: A004 (the operations' names)
 from minitorch.ops.shape import expand, reshape
+from minitorch.ops.softmax import (
+    class_indices,
+    cross_entropy,
+    cross_entropy_backward,
+    log_softmax,
+    log_softmax_backward,
+    softmax,
+    softmax_backward,
+)
 
 __all__ = [
     "add", "add_bias", "bias_grad", "column_mean_var", "expand", "matmul", "max", "mse_backward", "mse_loss",
     "mul", "on_device", "relu", "relu_backward", "reshape", "scalar_mul", "sgd_momentum_", "sigmoid",
     "sigmoid_backward", "sum", "transpose",
+    # Phase 6
+    "class_indices", "cross_entropy", "cross_entropy_backward", "log_softmax", "log_softmax_backward", "softmax",
+    "softmax_backward", "conv2d", "conv2d_backward_input", "conv2d_backward_weight", "conv2d_bias_grad", "max_pool2d",
+    "max_pool2d_backward",
 ]
