@@ -73,6 +73,7 @@ KERNEL_FILES: dict[str, LearnerFile] = {
     "gemm.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 2: launching the ladder"),
     "adam.cu": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 4: the fused Adam update"),
     "adam.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 5: launching the Adam update"),
+    "pool.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 6: a caching allocator"),
 }
 
 
