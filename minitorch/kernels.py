@@ -74,6 +74,8 @@ KERNEL_FILES: dict[str, LearnerFile] = {
     "adam.cu": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 4: the fused Adam update"),
     "adam.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 5: launching the Adam update"),
     "pool.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 6: a caching allocator"),
+    "init.cu": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 7: Philox and Box-Muller in CUDA C"),
+    "init.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 8: launching the generator"),
 }
 
 

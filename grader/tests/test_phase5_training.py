@@ -108,7 +108,9 @@ def test_adam_matches_float64_reference(cls, n):
 @ADAM
 @pytest.mark.hint("bias correction: the first step moves every weight by about lr, whatever the gradient's size")
 def test_adam_first_step_moves_every_weight_by_lr():
-    p0, grads = adam_case(4099, 1, "first")
+    r = checks.rng("adam-first")
+    p0 = r.standard_normal(4099)
+    grads = [r.choice([-1.0, 1.0], 4099) * 10.0 ** r.uniform(-3, 3, 4099)]  # |g| from 0.001 to 1000
     got = run_adam(optim.Adam, p0, grads, lr=0.01, weight_decay=0.0)
     moved = np.abs(got.astype(np.float64) - p0.astype(np.float32))
     if not np.allclose(moved, 0.01, rtol=2e-3):
@@ -423,3 +425,384 @@ def test_pool_is_the_device_allocator_over_a_training_loop():
     cached = after["bytes_cached"]
     if allocator.release(device) != cached or allocator.stats(device)["bytes_cached"] != 0:
         raise GradeError("release() through minitorch.allocator did not give back every cached block")
+
+
+# ---------------------------------------------------------------- init.cu: Philox and the initialisers
+
+UNIFORM = pytest.mark.kernel("init.cu", "philox_uniform")
+NORMAL = pytest.mark.kernel("init.cu", "philox_normal")
+# Random123's known answer for philox4x32-10, counter (0, 0, 0, 0), key (0, 0): the first block of seed 0.
+KNOWN_ANSWER = (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)
+SEEDS = [0, 1234, (7 << 32) | 3, 2**64 - 1]
+# The asymptotic Kolmogorov distribution's critical value at the 0.1% level, times sqrt(n): a correct
+# generator fails one KS test in a thousand runs.
+KS_CRITICAL = 1.95
+
+
+def init_module():
+    return kernels.load_module("init.py")
+
+
+def device_draw(kind: str, n: int, seed: int, offset: int = 0, scale: float = 1.0, **kw: int) -> np.ndarray:
+    out = checks.poison(n)
+    with checks.expect_launch("init.cu", f"philox_{kind}"):
+        launch_checked(f"init.philox_{kind}(out of {n} elements, scale={scale}, seed={seed}, offset={offset})",
+                       lambda: getattr(init_module(), f"philox_{kind}")(out, scale, seed, offset, **kw))
+    return checks.to_host(out)
+
+
+def reference_draw(kind: str, n: int, seed: int, offset: int = 0, scale: float = 1.0) -> np.ndarray:
+    from minitorch import philox
+
+    unit = 2 * philox.uniform(n, seed, offset) - 1 if kind == "uniform" else philox.normal(n, seed, offset)
+    return unit * np.float32(scale)
+
+
+def check_uniforms(got: np.ndarray, seed: int, offset: int, what: str, scale: float = 1.0) -> None:
+    """Bit for bit against minitorch.philox, with a diagnosis of the first difference."""
+    from minitorch import philox
+
+    expected = reference_draw("uniform", got.size, seed, offset, scale)
+    if np.array_equal(got.view(np.uint32), expected.view(np.uint32)):
+        return
+    i = int(np.flatnonzero(got.view(np.uint32) != expected.view(np.uint32))[0])
+    hint = ""
+    if checks.is_poison(got[i:i + 1])[0]:
+        hint = " (never written: every element 4b .. 4b + 3 of each block b < (n + 3) / 4)"
+    else:
+        words = philox.random_uint32(got.size, seed, offset)
+        k = np.round(((got[i] / np.float32(scale) + 1) / 2 * 2**24 - 1) / 2)
+        if 0 <= k < 2**23 and int(k) == int(words[i]) >> 9:
+            hint = " (the right word, turned into a float differently: (2 * (word >> 9) + 1) * 2^-24)"
+        elif not 0 <= k < 2**23 or abs(got[i]) > abs(scale):
+            hint = " (outside (-scale, scale): out = (2u - 1) * scale, u in (0, 1))"
+        else:
+            hint = (" (a different word: check the round multipliers, the key increments between rounds "
+                    "(not before the first), which halves of the products go where, and the counter "
+                    "(i / 4, offset_lo, offset_hi, 0) and key (seed_lo, seed_hi))")
+    raise GradeError(f"{what}: element {i} is {got[i]!r}, expected {expected[i]!r} (minitorch.philox){hint}")
+
+
+@UNIFORM
+@pytest.mark.hint("Philox-4x32-10: ten rounds; (hi, lo) of M0 * c.x and M1 * c.z; c = (hi1 ^ c.y ^ k.x, lo1, hi0 ^ "
+                  "c.w ^ k.y, lo0); the key grows by (W0, W1) between rounds")
+def test_philox_known_answer():
+    """The first four uniforms of seed 0 carry the top 23 bits of Random123's known answer."""
+    got = device_draw("uniform", 4, seed=0)
+    k = np.round(((got.astype(np.float64) + 1) / 2 * 2**24 - 1) / 2).astype(np.int64)
+    expected = [w >> 9 for w in KNOWN_ANSWER]
+    if k.tolist() != expected:
+        raise GradeError(f"philox4x32_10(counter (0, 0, 0, 0), key (0, 0)) gives words whose top 23 bits are "
+                         f"{[hex(v) for v in k.tolist()]}; Random123's known answer is {[hex(w) for w in KNOWN_ANSWER]} "
+                         f"(top 23 bits {[hex(v) for v in expected]})")
+
+
+@UNIFORM
+@pytest.mark.parametrize("seed", SEEDS, ids=hex)
+@pytest.mark.parametrize("n", ODD_SIZES[:5])
+@pytest.mark.hint("element i is word i % 4 of the block for counter (i / 4, offset_lo, offset_hi, 0) under key "
+                  "(seed_lo, seed_hi); u = (2 * (word >> 9) + 1) * 2^-24; out = (2u - 1) * scale")
+def test_uniforms_bit_for_bit(n, seed):
+    offset = 5 if seed % 2 else (3 << 32) | 1
+    got = device_draw("uniform", n, seed, offset, scale=0.75)
+    check_uniforms(got, seed, offset, f"philox_uniform(n={n}, seed={seed:#x}, offset={offset:#x}, scale=0.75)", 0.75)
+
+
+@NORMAL
+@pytest.mark.parametrize("seed", SEEDS[:3], ids=hex)
+@pytest.mark.parametrize("n", ODD_SIZES[:5])
+@pytest.mark.hint("Box-Muller on the pairs (u0, u1), (u2, u3) of each block: r = sqrt(-2 ln u_even), then r cos(2 pi "
+                  "u_odd) and r sin(2 pi u_odd), in double, rounded to float, times scale")
+def test_normals_within_one_ulp(n, seed):
+    """Within one float32 ulp of minitorch.philox (the device's double-precision log, sin and cos may
+    differ from the host's in the last bit), and equal for all but a few elements."""
+    got = device_draw("normal", n, seed, 11, scale=2.5)
+    expected = reference_draw("normal", n, seed, 11, scale=2.5)
+    what = f"philox_normal(n={n}, seed={seed:#x}, offset=11, scale=2.5)"
+    if checks.is_poison(got).any():
+        i = int(np.flatnonzero(checks.is_poison(got))[0])
+        raise GradeError(f"{what}: element {i} was never written")
+    ulps = np.abs(got.view(np.int32).astype(np.int64) - expected.view(np.int32).astype(np.int64))
+    bad = np.flatnonzero(ulps > 1)
+    if bad.size:
+        i = int(bad[0])
+        pair = "(the pair's two normals swapped: cos first, then sin)" if i + 1 < n and np.isclose(
+            got[i], expected[i ^ 1], rtol=1e-6) else ""
+        raise GradeError(f"{what}: element {i} is {got[i]!r}, expected {expected[i]!r} (minitorch.philox), "
+                         f"{int(ulps[i])} ulp apart; {bad.size} elements are more than 1 ulp off {pair}")
+    if n >= 257 and np.count_nonzero(ulps) > max(2, n // 1000):
+        raise GradeError(f"{what}: {np.count_nonzero(ulps)} of {n} elements differ by an ulp; expected almost none "
+                         f"(compute Box-Muller in double, round once to float, then multiply by scale)")
+
+
+def ks_statistic(sample: np.ndarray, cdf) -> float:
+    x = np.sort(np.asarray(sample, dtype=np.float64))
+    n, f = x.size, cdf(np.sort(np.asarray(sample, dtype=np.float64)))
+    return float(max(np.max(np.arange(1, n + 1) / n - f), np.max(f - np.arange(n) / n)))
+
+
+def normal_cdf(x: np.ndarray) -> np.ndarray:
+    from math import erf, sqrt
+
+    return 0.5 * (1 + np.vectorize(erf)(x / sqrt(2)))
+
+
+STAT_N = 200_003
+
+
+@UNIFORM
+@pytest.mark.hint("uniform in (-scale, scale): every value equally likely")
+def test_uniform_statistics():
+    """Mean, variance and the Kolmogorov-Smirnov distance to U(-1, 1), on a fresh seed each run."""
+    seed = int(checks.rng("uniform-stats").integers(2**63))
+    u = device_draw("uniform", STAT_N, seed).astype(np.float64)
+    what = f"{STAT_N} uniforms of seed {seed}"
+    if not (np.all(u > -1) and np.all(u < 1)):
+        raise GradeError(f"{what}: values outside (-1, 1): min {u.min()}, max {u.max()}")
+    if abs(u.mean()) > 5 * np.sqrt(1 / 3 / STAT_N) or abs(u.var() - 1 / 3) > 0.01:
+        raise GradeError(f"{what}: mean {u.mean():.5f}, variance {u.var():.5f}; U(-1, 1) has 0 and 1/3")
+    d = ks_statistic(u, lambda x: (x + 1) / 2)
+    if d > KS_CRITICAL / np.sqrt(STAT_N):
+        raise GradeError(f"{what}: Kolmogorov-Smirnov distance to U(-1, 1) {d:.5f} > {KS_CRITICAL / np.sqrt(STAT_N):.5f}"
+                         f" (the 0.1% critical value): not uniform")
+
+
+@NORMAL
+@pytest.mark.hint("normals from two independent uniforms per pair (Box-Muller): r from one, the angle from the other")
+def test_normal_statistics():
+    """Mean, variance and the Kolmogorov-Smirnov distance to N(0, 1), on a fresh seed each run."""
+    seed = int(checks.rng("normal-stats").integers(2**63))
+    z = device_draw("normal", STAT_N, seed).astype(np.float64)
+    what = f"{STAT_N} normals of seed {seed}"
+    if not np.all(np.isfinite(z)):
+        raise GradeError(f"{what}: {int((~np.isfinite(z)).sum())} are not finite (log of 0? u must be in (0, 1))")
+    if abs(z.mean()) > 5 / np.sqrt(STAT_N) or abs(z.var() - 1) > 0.02:
+        raise GradeError(f"{what}: mean {z.mean():.5f}, variance {z.var():.5f}; N(0, 1) has 0 and 1")
+    d = ks_statistic(z, normal_cdf)
+    if d > KS_CRITICAL / np.sqrt(STAT_N):
+        raise GradeError(f"{what}: Kolmogorov-Smirnov distance to N(0, 1) {d:.5f} > {KS_CRITICAL / np.sqrt(STAT_N):.5f}"
+                         f" (the 0.1% critical value): not normal")
+    pairs = z[: STAT_N // 2 * 2].reshape(-1, 2)
+    r = np.corrcoef(pairs[:, 0] ** 2, pairs[:, 1] ** 2)[0, 1]
+    if abs(r) > 0.02:
+        raise GradeError(f"{what}: the squares of the two normals of a pair are correlated (r = {r:.3f}): they must "
+                         f"come from two independent uniforms, z0 = r cos(2 pi u2), z1 = r sin(2 pi u2)")
+
+
+@pytest.mark.parametrize("kind", [pytest.param("uniform", marks=UNIFORM), pytest.param("normal", marks=NORMAL)])
+@pytest.mark.hint("a grid-stride loop over the blocks of four: any grid must give the same numbers")
+def test_init_kernels_any_grid(kind):
+    n = 40_009  # 10,003 blocks of four, the last one partial
+    for blocks in (1, 3):
+        got = device_draw(kind, n, 99, 0, blocks=blocks)
+        with checks.grid_stride_advice(got, blocks, 256):
+            if kind == "uniform":
+                check_uniforms(got, 99, 0, f"philox_uniform with a grid of {blocks} block(s)")
+            else:
+                checks.assert_close(got, reference_draw("normal", n, 99).astype(np.float64), rtol=1e-6, atol=1e-6,
+                                    what=f"philox_normal with a grid of {blocks} block(s)")
+
+
+@pytest.mark.parametrize("kind", [pytest.param("uniform", marks=UNIFORM), pytest.param("normal", marks=NORMAL)])
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 4099])
+@pytest.mark.hint("write element 4b + j only when it is < n: the last block of four may be partial")
+def test_init_writes_nothing_past_n(kind, n):
+    got = device_draw(kind, n, 5)
+    if kind == "uniform":
+        check_uniforms(got, 5, 0, f"philox_uniform of {n} elements")
+
+
+@pytest.mark.hint("minitorch.init draws on the device with your kernels from Phase 5 on")
+def test_initialisers_draw_with_your_kernels():
+    from minitorch import init
+
+    w = minitorch.zeros((300, 77))
+    with checks.expect_launch("init.cu", "philox_normal"):
+        init.kaiming_normal_(w, nonlinearity="relu", seed=31)
+    std = np.float32(np.sqrt(2.0 / 300))
+    expected = reference_draw("normal", w.size, 31, 0, float(std)).reshape(w.shape)
+    checks.assert_close(w.numpy(), expected.astype(np.float64), rtol=1e-6, atol=1e-7,
+                        what="init.kaiming_normal_ of a (300, 77) weight, seed 31")
+    v = minitorch.zeros((64, 33))
+    with checks.expect_launch("init.cu", "philox_uniform"):
+        init.xavier_uniform_(v, seed=8)
+    check_uniforms(v.numpy().reshape(-1), 8, 0, "init.xavier_uniform_ of a (64, 33) weight", np.sqrt(6 / 97))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "normal"])
+@pytest.mark.hint("compute the numbers with your kernel, on the device")
+def test_init_results_come_from_your_kernels(kind):
+    out = checks.poison(4099)
+    checks.assert_computed_on_device(f"init.philox_{kind}", lambda: getattr(init_module(), f"philox_{kind}")(
+        out, 1.0, 77), outputs=(out,), rtol=0, atol=0)
+
+
+@pytest.mark.hint("check the arguments before launching: TypeError for a wrong dtype, ValueError for a bad seed")
+def test_init_launchers_reject_bad_arguments():
+    im = init_module()
+    checks.expect_error("philox_uniform into a float64 array",
+                        lambda: im.philox_uniform(backend.asarray(np.zeros(5)), 1.0, 1), TypeError, "float64")
+    checks.expect_error("philox_normal with seed -1", lambda: im.philox_normal(backend.zeros(5), 1.0, -1),
+                        ValueError, "-1")
+    checks.expect_error("philox_normal with seed 2**64", lambda: im.philox_normal(backend.zeros(5), 1.0, 2**64),
+                        ValueError, str(2**64))
+
+
+@pytest.mark.parametrize("kind", [pytest.param("uniform", marks=UNIFORM), pytest.param("normal", marks=NORMAL)])
+@pytest.mark.perf
+@pytest.mark.hint("one Philox block per thread gives four numbers: write them as one float4 where you can, and "
+                  "launch enough blocks to fill the GPU")
+def test_perf_init_against_curand(kind, record_property):
+    """Numbers written per second, against cuRAND's Philox4_32_10 generator (cupy.random.RandomState)."""
+    if not checks.gpu_available():
+        pytest.skip("not measured (no GPU)")
+    import cupy
+
+    n = checks.PERF_BYTES // 4
+    out = cupy.empty(n, np.float32)
+    rs = cupy.random.RandomState(seed=1, method=cupy.cuda.curand.CURAND_RNG_PSEUDO_PHILOX4_32_10)
+    fn = getattr(init_module(), f"philox_{kind}")
+    reference = (lambda: rs.uniform(-1, 1, n, dtype=np.float32)) if kind == "uniform" else (
+        lambda: rs.standard_normal(n, dtype=np.float32))
+    checks.perf_ratio(f"philox_{kind}", lambda: fn(out, 1.0, 1), reference, 4 * n, f"phase5.init_{kind}_vs_curand",
+                      record_property, reference_name="cuRAND Philox (cupy.random)", flush_l2=False)
+
+
+# ---------------------------------------------------------------- the deliverable: SGD against Adam
+
+RECORD = "sales_optim.json"
+MODELS = {"start": "sales_start.npz", "sgd": "sales_sgd.npz", "adam": "sales_adam.npz",
+          "adam_at_sgd_loss": "sales_adam_at_sgd_loss.npz"}
+LAB_SECTION = '"The deliverable: SGD against Adam, from one initialisation" in labs/phase5_fast.ipynb'
+SEQUENTIAL = {"hidden.weight": "0.weight", "hidden.bias": "0.bias", "out.weight": "2.weight", "out.bias": "2.bias"}
+# A float32 training run evaluated in float32, against the same model in float64: the same loss to well
+# within this (the losses are means of ~10^4..10^5 squared residuals).
+LOSS_RTOL = 0.02
+
+
+def load_deliverable() -> tuple[dict, dict[str, dict[str, np.ndarray]]]:
+    """The record and the four parameter files the lab saved, the parameters under Phase 4's names."""
+    import json
+
+    workspace = kernels.workspace_dir()
+    missing = [name for name in (RECORD, *MODELS.values()) if not (workspace / name).exists()]
+    if missing:
+        raise GradeError(f"{', '.join(missing)} not found in your workspace ({workspace}): run the section "
+                         f"{LAB_SECTION} to its end (sales_adam_at_sgd_loss.npz is saved only when Adam "
+                         f"reached SGD's final loss). Then grade again.")
+    try:
+        record = json.loads((workspace / RECORD).read_text())
+        models = {}
+        for key, name in MODELS.items():
+            with np.load(workspace / name) as saved:
+                state = {k: saved[k].astype(np.float64) for k in saved.files}
+            absent = sorted(set(SEQUENTIAL.values()) - set(state))
+            if absent:
+                raise GradeError(f"{name} lacks {', '.join(absent)} (it holds {', '.join(sorted(state))}): save the "
+                                 f"nn.Sequential(Linear, ReLU, Linear) with its state_dict")
+            models[key] = {phase4_name: state[seq_name] for phase4_name, seq_name in SEQUENTIAL.items()}
+    except (ValueError, OSError, KeyError) as exc:
+        raise GradeError(f"cannot read the saved deliverable ({exc}); run the section {LAB_SECTION} again") from exc
+    keys = ("features", "log_features", "log_target", "feature_mean", "feature_std", "target_mean", "target_std",
+            "config", "sgd_losses", "adam_losses", "adam_epoch_at_sgd_loss", "init_seed")
+    absent = [k for k in keys if k not in record]
+    if absent:
+        raise GradeError(f"{RECORD} lacks {', '.join(absent)}: save it as the lab's last deliverable cell does")
+    record["record_file"] = RECORD
+    return record, models
+
+
+def training_rows(record: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The training features and prices the models were trained on (every k-th row when reduced)."""
+    from test_phase4 import sales_rows
+
+    x_train, _, price_train, _ = sales_rows(record)
+    rows = record["config"].get("train_rows")
+    if rows:
+        step = len(x_train) // int(rows)
+        x_train, price_train = x_train[::step][:rows], price_train[::step][:rows]
+    return x_train, price_train
+
+
+def training_loss(record: dict, params: dict[str, np.ndarray], x: np.ndarray, price: np.ndarray) -> float:
+    """The MSE of the normalised log price, in float64, through Phase 4's predict_prices."""
+    from test_phase4 import predict_prices
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_error = np.log(predict_prices(record, params, x)) - np.log(price)
+    if not np.all(np.isfinite(log_error)):
+        return float("inf")
+    return float(np.mean(log_error**2) / float(record["target_std"]) ** 2)
+
+
+@pytest.mark.hint(f"run the section {LAB_SECTION} to its end; both models are Phase 4's network, so they pass "
+                  f"its bar by far")
+def test_sales_sequential_models_pass_phase4_mae_bar():
+    from test_phase4 import predict_prices, sales_split
+
+    record, models = load_deliverable()
+    x_test, price_test, price_train = sales_split(record)
+    baseline = float(np.mean(np.abs(price_test - price_train.mean())))
+    limit = checks.threshold("phase4.sales_mae_ratio")
+    for key in ("sgd", "adam"):
+        predicted = predict_prices(record, models[key], x_test)
+        mae = float(np.mean(np.abs(predicted - price_test)))
+        if not np.isfinite(mae) or not mae < limit * baseline:
+            raise GradeError(f"the {key.upper()} model ({MODELS[key]}): test MAE {mae:.3f} is {mae / baseline:.3f} x "
+                             f"the mean predictor's {baseline:.3f}; less than {limit} x is needed "
+                             f"(phase4.sales_mae_ratio); evaluated on the {len(price_test):,} test sales")
+
+
+@pytest.mark.hint("Adam from the same start, with the lab's learning rate: its loss must reach SGD's final loss before "
+                  "the last epoch; the recorded losses must be the saved models' (the grader recomputes them)")
+def test_adam_reaches_sgd_final_loss_in_fewer_epochs():
+    record, models = load_deliverable()
+    sgd_losses, adam_losses = record["sgd_losses"], record["adam_losses"]
+    epochs = int(record["config"]["epochs"])
+    if len(sgd_losses) != epochs or len(adam_losses) != epochs:
+        raise GradeError(f"{RECORD}: {len(sgd_losses)} SGD and {len(adam_losses)} Adam losses for {epochs} epochs")
+    x_train, price_train = training_rows(record)
+    recomputed = {key: training_loss(record, models[key], x_train, price_train)
+                  for key in ("sgd", "adam", "adam_at_sgd_loss")}
+    reached = record["adam_epoch_at_sgd_loss"]
+    recorded = {"sgd": sgd_losses[-1], "adam": adam_losses[-1],
+                "adam_at_sgd_loss": adam_losses[reached - 1] if reached else float("nan")}
+    for key, loss in recomputed.items():
+        if not abs(loss - recorded[key]) <= LOSS_RTOL * abs(recorded[key]):
+            raise GradeError(f"{MODELS[key]}: its training loss, recomputed in float64 on the {len(x_train):,} training "
+                             f"rows, is {loss:.4e}; {RECORD} records {recorded[key]:.4e}: the saved model is not the "
+                             f"one whose loss was recorded")
+    first = next((e + 1 for e, loss in enumerate(adam_losses) if loss <= sgd_losses[-1]), None)
+    if first is None or first >= epochs:
+        raise GradeError(f"Adam's recorded losses never reach SGD's final loss {sgd_losses[-1]:.4e} before the last of "
+                         f"the {epochs} epochs (Adam's best: {min(adam_losses):.4e})")
+    if reached != first:
+        raise GradeError(f"{RECORD} says Adam reached SGD's final loss at epoch {reached}, its recorded losses at "
+                         f"epoch {first}")
+    if not recomputed["adam_at_sgd_loss"] <= recomputed["sgd"] * (1 + LOSS_RTOL):
+        raise GradeError(f"recomputed in float64, Adam's model after {first} epochs has training loss "
+                         f"{recomputed['adam_at_sgd_loss']:.4e}, SGD's after {epochs} {recomputed['sgd']:.4e}")
+
+
+@pytest.mark.hint("both runs start from make_model's weights: He-uniform (relu) with seed INIT_SEED, Xavier-uniform "
+                  "with INIT_SEED + 1, zero biases, drawn by your init.cu")
+def test_deliverable_starts_from_your_initialisation():
+    """The saved start is minitorch.init's draw on the host (minitorch.philox): bit for bit, since the
+    uniforms of your init.cu are."""
+    from minitorch import init
+
+    record, models = load_deliverable()
+    start, seed = models["start"], int(record["init_seed"])
+    n_features, hidden = start["hidden.weight"].shape
+    expected = {
+        "hidden.weight": init.kaiming_uniform_(minitorch.zeros((n_features, hidden), device="cpu"),
+                                               nonlinearity="relu", seed=seed),
+        "out.weight": init.xavier_uniform_(minitorch.zeros((hidden, 1), device="cpu"), seed=seed + 1)}
+    for name, draw in expected.items():
+        if start[name].shape != draw.shape or not np.array_equal(start[name], draw.numpy().astype(np.float64)):
+            kind = "He-uniform (relu)" if name == "hidden.weight" else "Xavier-uniform"
+            raise GradeError(f"{MODELS['start']}: {SEQUENTIAL[name]} is not the {kind} draw of seed "
+                             f"{seed + (name == 'out.weight')} (minitorch.init, with your generator)")
+    for name in ("hidden.bias", "out.bias"):
+        if np.any(start[name] != 0):
+            raise GradeError(f"{MODELS['start']}: {SEQUENTIAL[name]} is not zero")
