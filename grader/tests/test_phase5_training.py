@@ -78,7 +78,7 @@ def check_adam(got: np.ndarray, p0: np.ndarray, grads: list[np.ndarray], what: s
     except GradeError as err:
         uncorrected = reference_adam(p0, grads, kw["lr"], BETAS, 1e-8, kw["weight_decay"], decoupled,
                                      bias_correction=False)
-        if np.allclose(got, uncorrected, rtol=1e-4, atol=1e-6):
+        if np.allclose(got, uncorrected, rtol=1e-4, atol=1e-5):
             raise GradeError(f"{err}\n  these are the values WITHOUT bias correction: divide m by bias[0] = "
                              f"1 - beta1^t and v by bias[1] = 1 - beta2^t") from None
         other = reference_adam(p0, grads, kw["lr"], BETAS, 1e-8, kw["weight_decay"], not decoupled)
@@ -472,7 +472,7 @@ def check_uniforms(got: np.ndarray, seed: int, offset: int, what: str, scale: fl
     else:
         words = philox.random_uint32(got.size, seed, offset)
         k = np.round(((got[i] / np.float32(scale) + 1) / 2 * 2**24 - 1) / 2)
-        if 0 <= k < 2**23 and int(k) == int(words[i]) >> 9:
+        if 0 <= k < 2**23 and abs(int(k) - (int(words[i]) >> 9)) <= 1:
             hint = " (the right word, turned into a float differently: (2 * (word >> 9) + 1) * 2^-24)"
         elif not 0 <= k < 2**23 or abs(got[i]) > abs(scale):
             hint = " (outside (-scale, scale): out = (2u - 1) * scale, u in (0, 1))"
