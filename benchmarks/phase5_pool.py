@@ -1,8 +1,9 @@
-"""Allocation cost of the Phase 5 caching pool (reference pool.py) against raw cudaMalloc/cudaFree
-and CuPy's own MemoryPool: median wall time of one malloc + free of the same size, warm.
+"""Allocation cost of the Phase 5 caching pool (reference pool.py, from the solution notebook) against raw
+cudaMalloc/cudaFree and CuPy's own MemoryPool: median wall time of one malloc + free of the same size, warm.
 
-GPU: ``.venv/bin/python benchmarks/phase5_pool.py``.  Without a GPU, ``--emu-small`` times the pool
-over a host allocator (NumPy buffers): the pool's own Python overhead only, labelled as such.
+GPU: ``.venv/bin/python benchmarks/phase5_pool.py``.  Without a GPU, ``--emu-small`` times the pool over the
+emulator's raw allocator (``emu.malloc``/``emu.free``: guarded mappings, not a GPU's cudaMalloc), labelled
+as such.
 """
 
 from __future__ import annotations
@@ -10,22 +11,18 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, emulator_name, gpu_name, write_results
-
-sys.path.insert(0, str(ROOT))
-from dev.phase5_training_sources import SOURCES, file_text  # noqa: E402
+from common import emulator_name, gpu_name, solution_sources, write_results
 
 SIZES = (512, 64 * 1024, 1 << 20, 16 << 20)
 
 
 def load_pool():
     path = Path(tempfile.mkdtemp()) / "pool.py"
-    path.write_text(file_text(SOURCES["pool.py"]))
+    path.write_text(solution_sources("phase5_fast.ipynb")["pool.py"])
     spec = importlib.util.spec_from_file_location("bench_pool", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -51,20 +48,15 @@ def main() -> None:
     module = load_pool()
     results = []
     if args.emu_small:
-        import numpy as np
+        from minitorch import emu
 
-        buffers: dict[int, object] = {}
-
-        def raw_malloc(size):
-            buf = np.empty(size, dtype=np.uint8)
-            buffers[id(buf)] = buf
-            return id(buf)
-
-        pool = module.CachingPool(raw_malloc, lambda h: buffers.pop(h))
-        for size in SIZES[:2]:
-            t_raw = per_call(lambda s=size: buffers.pop(raw_malloc(s)), 200)
-            t_pool = per_call(lambda s=size: pool.free(pool.malloc(s)), 200)
-            results.append({"bytes": size, "raw_host_s": t_raw, "pool_s": t_pool})
+        pool = module.CachingPool(emu.malloc, emu.free)
+        for size in SIZES[:3]:
+            t_raw = per_call(lambda s=size: emu.free(emu.malloc(s)), 200)
+            t_pool = per_call(lambda s=size: pool.free(pool.malloc(s)), 2000)
+            results.append({"bytes": size, "raw_emu_malloc_free_s": t_raw, "pool_s": t_pool,
+                            "pool_speedup_vs_raw": t_raw / t_pool})
+        pool.release()
         device = emulator_name()
     else:
         import cupy

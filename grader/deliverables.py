@@ -184,6 +184,13 @@ def _sales_features(path: str, digest: str) -> tuple[np.ndarray, np.ndarray, lis
 def sales_split(record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(test features as the model sees them before normalising, test prices, training prices),
     in float64, from the course's sales.tsv (never from a file the submission names)."""
+    _, x_test, price_train, price_test = sales_rows(record)
+    return x_test, price_test, price_train
+
+
+def sales_rows(record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(training features, test features) as the model sees them before normalising, and (training
+    prices, test prices), in float64 (Phase 5's deliverable trains on the training rows)."""
     from minitorch import data
     from minitorch.batches import train_test_split
 
@@ -207,9 +214,9 @@ def sales_split(record: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndar
         if np.any(x[:, column] <= 0):
             raise GradeError(f"{SALES_RECORD}: feature {name!r} has values <= 0, its logarithm is undefined")
         x[:, column] = np.log(x[:, column])
-    _, x_test, price_train, price_test = train_test_split(x, target.astype(np.float64),
-                                                          train_fraction=SALES_TRAIN_FRACTION)
-    return x_test, price_test, price_train
+    x_train, x_test, price_train, price_test = train_test_split(x, target.astype(np.float64),
+                                                                train_fraction=SALES_TRAIN_FRACTION)
+    return x_train, x_test, price_train, price_test
 
 
 def predict_prices(record: dict[str, Any], params: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:

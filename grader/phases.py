@@ -63,7 +63,7 @@ PHASES: dict[str, Phase] = _chain(
         lab="phase4_reductions", tests="test_phase4.py", learner_files=("reduce.cu", "reduce.py"))),
     ("phase5", "Making it fast (GEMM ladder, memory pool, Sequential, Adam, init)", dict(
         lab="phase5_fast", tests=("test_phase5.py", "test_phase5_training.py"),
-        learner_files=("gemm.cu", "gemm.py", "adam.cu", "adam.py"))),
+        learner_files=("gemm.cu", "gemm.py", "adam.cu", "adam.py", "pool.py", "init.cu", "init.py"))),
     ("phase6", "CNNs and MNIST", dict(
         lab="phase6_cnn", tests=("test_phase6_softmax.py", "test_phase6_conv.py", "test_phase6_mnist.py"),
         learner_files=("softmax.cu", "softmax.py", "conv.cu", "conv.py", "maxpool.cu", "maxpool.py"))),

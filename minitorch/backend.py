@@ -88,6 +88,14 @@ class Backend:
         raise DeviceError(f"the '{self.name}' device has no graphs: capture on 'cuda' or 'emu'")
 
 
+def _refresh_allocator(device: str) -> None:
+    """From Phase 5 on the learner's caching pool (pool.py) allocates device memory: see
+    minitorch.allocator (imported here, not at the top: it imports kernels, which imports this)."""
+    from minitorch import allocator
+
+    allocator.refresh(device)
+
+
 class CudaBackend(Backend):
     name = "cuda"
 
@@ -103,15 +111,18 @@ class CudaBackend(Backend):
                                    name_expressions=name_expressions)
 
     def asarray(self, host: np.ndarray) -> Any:
+        _refresh_allocator("cuda")
         return self.cupy.asarray(host)
 
     def asnumpy(self, array: Any) -> np.ndarray:
         return self.cupy.asnumpy(array)
 
     def empty(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        _refresh_allocator("cuda")
         return self.cupy.empty(shape, dtype=dtype)
 
     def zeros(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        _refresh_allocator("cuda")
         return self.cupy.zeros(shape, dtype=dtype)
 
     def synchronize(self) -> None:
@@ -181,15 +192,18 @@ class EmuBackend(Backend):
                                   name_expressions=name_expressions, filename=filename)
 
     def asarray(self, host: np.ndarray) -> Any:
+        _refresh_allocator("emu")
         return self.emu.asarray(host)
 
     def asnumpy(self, array: Any) -> np.ndarray:
         return self.emu.asnumpy(array)
 
     def empty(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        _refresh_allocator("emu")
         return self.emu.empty(shape, dtype=dtype)
 
     def zeros(self, shape: Shape, dtype: Any = np.float32) -> Any:
+        _refresh_allocator("emu")
         return self.emu.zeros(shape, dtype=dtype)
 
     def synchronize(self) -> None:

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from minitorch import backend, kernels
+from minitorch import allocator, backend, kernels
 
 __all__ = ["Graph", "capture"]
 
@@ -43,12 +43,15 @@ class Graph(Generic[T]):
     """A captured piece of device work: :meth:`replay` runs it again; :attr:`output` is what the
     captured function returned (its tensors hold the results of the latest replay)."""
 
-    def __init__(self, device: str, raw: Any, output: T, launches: list[kernels.Launch]) -> None:
+    def __init__(self, device: str, raw: Any, output: T, launches: list[kernels.Launch],
+                 held: list[Any] | None = None) -> None:
         self.device = device
         self.output = output
         self._raw = raw
-        # Every array a recorded kernel uses must outlive the graph, which keeps raw pointers to them.
+        # Every array a recorded kernel uses must outlive the graph, which keeps raw pointers to them;
+        # so must the blocks freed into the caching pool during the capture (minitorch.allocator).
         self._launches = launches
+        self._held = held or []
 
     @property
     def launches(self) -> int:
@@ -67,7 +70,7 @@ def capture(fn: Callable[[], T], *, device: str | None = None) -> Graph[T]:
     """Record the device work of ``fn()`` into a :class:`Graph` without running it."""
     name = device or backend.get_device()
     target = backend.get_backend(name)
-    with kernels.recording() as launches:
+    with kernels.recording() as launches, allocator.holding_frees(name) as held:
         target.begin_capture()
         try:
             output = fn()
@@ -75,7 +78,7 @@ def capture(fn: Callable[[], T], *, device: str | None = None) -> Graph[T]:
             _abandon(target)
             raise
         raw = target.end_capture()
-    return Graph(name, raw, output, launches)
+    return Graph(name, raw, output, launches, held)
 
 
 def _abandon(target: backend.Backend) -> None:

@@ -73,6 +73,9 @@ KERNEL_FILES: dict[str, LearnerFile] = {
     "gemm.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 2: launching the ladder"),
     "adam.cu": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 4: the fused Adam update"),
     "adam.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 5: launching the Adam update"),
+    "pool.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 6: a caching allocator"),
+    "init.cu": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 7: Philox and Box-Muller in CUDA C"),
+    "init.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 8: launching the generator"),
     **{name: LearnerFile("phase6", "labs/phase6_cnn.ipynb", cell) for name, cell in (
         ("softmax.cu", "Exercise 1: softmax, log-softmax and cross-entropy"),
         ("softmax.py", "Exercise 2: launching the row kernels"),

@@ -64,3 +64,44 @@ def test_bad_arguments_are_named():
         init.kaiming_normal_(_weight("cpu"), mode="fan")
     with pytest.raises(ValueError, match="unknown nonlinearity"):
         init.calculate_gain("swish")
+
+
+@pytest.fixture
+def init_files(workspace, monkeypatch):
+    """init.cu / init.py (reference solution) and Phase 1's memory files in the workspace."""
+    from tests.solution_files import solution_files
+
+    monkeypatch.delenv("MINITORCH_PHASE", raising=False)
+    files = {**solution_files("phase1_memory.ipynb"), **solution_files("phase5_fast.ipynb")}
+    for name in ("memory.cu", "memory.py", "init.cu", "init.py"):
+        (workspace / name).write_text(files[name])
+    return workspace
+
+
+@pytest.mark.parametrize("device", ["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_device_draws_use_the_learner_generator_and_match_the_host(init_files, device, monkeypatch):
+    """On cuda/emu the weights come from init.cu, in place; the uniforms are the host's bits exactly and
+    the normals within one float32 ulp (the same numbers on every device)."""
+    from minitorch import kernels
+
+    kernels.reset_launch_counts()
+    w = _weight(device, (301, 77))
+    data_before = w.data
+    init.xavier_uniform_(w, seed=2**40 + 3)
+    assert kernels.launch_count("init.cu", "philox_uniform") == 1 and w.data is data_before
+    host = init.xavier_uniform_(_weight("cpu", (301, 77)), seed=2**40 + 3).numpy()
+    assert np.array_equal(w.numpy(), host)
+    z = init.kaiming_normal_(_weight(device, (301, 77)), nonlinearity="relu", seed=9).numpy()
+    z_host = init.kaiming_normal_(_weight("cpu", (301, 77)), nonlinearity="relu", seed=9).numpy()
+    assert kernels.launch_count("init.cu", "philox_normal") == 1
+    ulps = np.abs(z.view(np.int32).astype(np.int64) - z_host.view(np.int32))
+    assert ulps.max() <= 1 and np.count_nonzero(ulps) <= 5
+    monkeypatch.setenv("MINITORCH_PHASE", "phase4")  # grading Phase 4: the host draws, as before Phase 5
+    kernels.reset_launch_counts()
+    assert np.array_equal(init.xavier_uniform_(_weight(device, (301, 77)), seed=2**40 + 3).numpy(), host)
+    assert kernels.launch_count("init.cu", "philox_uniform") == 0
+
+
+def test_seeds_outside_64_bits_are_refused():
+    with pytest.raises(ValueError, match=r"seed must be an integer in \[0, 2\*\*64\)"):
+        init.xavier_uniform_(_weight("cpu"), seed=-1)

@@ -252,6 +252,55 @@ CASES: dict[tuple[str, str], Callable] = {
 CASES.update(PHASE6_CASES)  # tests/parity_phase6.py
 
 
+
+def _adam(function: str):
+    """Phase 5's Adam kernels on values where every operation is exact (powers of two, small integers,
+    eps = 0, a first step from m = v = 0): a GPU's fused multiply-adds change nothing, so cuda, emu and
+    NumPy agree bit for bit."""
+    def case(n: int, rng: np.random.Generator):
+        if function == "adam_step":
+            step, bias = backend.asarray(np.array([n], np.int64)), backend.asarray(np.full(2, np.nan, np.float32))
+            kernels.load_kernel("adam.cu", "adam_step")((1,), (1,), (step, bias, np.float32(0.5), np.float32(0.25)))
+            t = n + 1
+            return (np.concatenate([backend.asnumpy(step).astype(np.float64), backend.asnumpy(bias)]),
+                    np.array([t, np.float32(1 - 0.5**t), np.float32(1 - 0.25**t)], np.float64))
+        p = 8.0 * rng.integers(-8, 9, n)
+        g = 2.0 * rng.integers(-8, 8, n) + 1  # odd: never 0, nor g + p / 2
+        outs, expected = [], []
+        for decoupled in (0, 1):
+            arrays = [backend.asarray(a.astype(np.float32)) for a in (p, g, np.zeros(n), np.zeros(n))]
+            bias = backend.asarray(np.array([0.5, 0.25], np.float32))  # t = 1 with betas 0.5, 0.75
+            kernels.load_kernel("adam.cu", "adam_update")((3,), (64,), (
+                *arrays, bias, np.float32(0.25), np.float32(0.5), np.float32(0.75), np.float32(0.0),
+                np.float32(0.5), np.int32(decoupled), np.int64(n)))
+            outs += [backend.asnumpy(arrays[i]) for i in (0, 2, 3)]
+            q, grad = (p - 0.125 * p, g) if decoupled else (p, g + 0.5 * p)
+            m, v = 0.5 * grad, 0.25 * grad**2
+            expected += [q - 0.25 * (m / 0.5) / np.sqrt(v / 0.25), m, v]
+        return np.concatenate(outs), np.concatenate(expected)
+    return case
+
+
+def _philox(function: str):
+    """init.cu's draws against minitorch.philox: the uniforms are exact; the normals are the host's
+    double-precision Box-Muller rounded to float32 (equal unless a last-bit difference of the device's
+    log, sin or cos meets a rounding boundary)."""
+    def case(n: int, rng: np.random.Generator):
+        from minitorch import philox
+
+        seed, offset = int(rng.integers(2**63)) * 2 + 1, int(rng.integers(2**40))
+        out = backend.asarray(np.full(n, np.nan, np.float32))
+        kernels.load_kernel("init.cu", function)((5,), (64,), (out, np.uint64(seed), np.uint64(offset),
+                                                               np.float32(1.0), np.int64(n)))
+        unit = (2 * philox.uniform(n, seed, offset) - 1 if function == "philox_uniform"
+                else philox.normal(n, seed, offset))
+        return backend.asnumpy(out), unit.astype(np.float64)
+    return case
+
+
+CASES.update({("adam.cu", f): _adam(f) for f in ("adam_step", "adam_update")})
+CASES.update({("init.cu", f): _philox(f) for f in ("philox_uniform", "philox_normal")})
+
 @pytest.fixture
 def solution_workspace(workspace):
     for notebook in ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase3a_forward.ipynb",

@@ -30,6 +30,10 @@ Public API (as CuPy's, so the same lab code runs on both):
   synchronous), ``begin_capture()`` / ``end_capture() -> Graph`` / ``Graph.launch()`` (graph
   capture as CuPy's ``Stream.begin_capture``: work is recorded, then replayed), ``DeviceArray`` (``shape dtype size nbytes ndim get() set() copy() reshape()``;
   ``numpy.asarray(device_array)`` raises ``TypeError``, as with CuPy).
+- Allocators, as CuPy's: ``malloc(nbytes) -> int`` / ``free(ptr)`` (``cudaMalloc`` / ``cudaFree``),
+  ``set_allocator(fn)`` / ``get_allocator()`` (``fn(nbytes)`` returns an ``UnownedMemory(ptr, size,
+  owner)`` inside a block from ``malloc``; ``None``: one buffer per array, the default),
+  ``blocks_in_use()``. A block backs one live array at a time, else ``AllocatorError``.
 - Errors: ``CompileError`` (compiler output with the learner's file name and line numbers;
   unsupported features such as inline PTX ``asm``, ``wmma``, ``cp.async``, grid-wide cooperative
   groups, dynamic parallelism and textures are reported as needing an NVIDIA GPU),
@@ -97,12 +101,33 @@ from .compiler import CompileError
 from .config import check_mode, set_arg_mode, time_limit
 from .config import schedule_order as schedule
 from .config import worker_count as workers
-from .errors import ArgumentWarning, BarrierWarning, EmuWarning, KernelFault, LaunchError, ScheduleMismatch
+from .errors import (
+    AllocatorError,
+    ArgumentWarning,
+    BarrierWarning,
+    EmuWarning,
+    KernelFault,
+    LaunchError,
+    ScheduleMismatch,
+)
 from .graph import Graph, begin_capture, end_capture, is_capturing
 from .launch import Kernel, RawModule
-from .memory import DeviceArray, asarray, asnumpy, empty, zeros
+from .memory import (
+    DeviceArray,
+    UnownedMemory,
+    asarray,
+    asnumpy,
+    blocks_in_use,
+    empty,
+    free,
+    get_allocator,
+    malloc,
+    set_allocator,
+    zeros,
+)
 
 __all__ = [
+    "AllocatorError", "UnownedMemory", "blocks_in_use", "free", "get_allocator", "malloc", "set_allocator",
     "ArgumentWarning", "BarrierWarning", "CompileError", "DeviceArray", "EmuWarning", "Graph", "Kernel",
     "KernelFault", "LaunchError", "RawKernel", "RawModule", "ScheduleMismatch", "asarray", "asnumpy",
     "begin_capture", "check_mode", "empty", "end_capture", "fuzz_schedules", "get_arg_mode", "is_capturing",

@@ -6,8 +6,8 @@ from typing import Any
 
 from .compiler import CompileError
 
-__all__ = ["ArgumentWarning", "BarrierWarning", "CompileError", "EmuWarning", "KernelFault", "LaunchError",
-           "OutOfMemoryError", "ScheduleMismatch"]
+__all__ = ["AllocatorError", "ArgumentWarning", "BarrierWarning", "CompileError", "EmuWarning", "KernelFault",
+           "LaunchError", "OutOfMemoryError", "ScheduleMismatch"]
 
 
 class LaunchError(RuntimeError):
@@ -76,3 +76,9 @@ class OutOfMemoryError(MemoryError):
             f"Out of memory allocating {size:,} bytes (allocated so far: {in_use:,} bytes; the emulator's "
             f"device-memory limit is {limit:,} bytes, set by MINITORCH_EMU_MEMORY). Check the shape you "
             f"asked for, or free tensors you no longer need.")
+
+
+class AllocatorError(RuntimeError):
+    """An allocator (``emu.set_allocator``) broke the rules of device memory: it handed out a block
+    that still backs a live array, gave one back while in use, freed an address twice, or returned
+    memory outside its blocks. On a GPU these corrupt data silently; the emulator stops at once."""

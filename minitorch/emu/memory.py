@@ -5,27 +5,37 @@ reads or writes past the end faults at once and the fault address gives the exac
 The start is aligned to 16 bytes (``float4`` loads stay legal), which can leave up to 15 bytes
 between the end of the data and the guard page: those bytes hold a canary that is checked after
 each launch. Copies in and out are explicit, like host-to-device and device-to-host copies.
+
+Allocators (as CuPy's ``cupy.cuda.set_allocator``): by default every array gets a buffer of its
+own, freed with it. ``set_allocator(fn)`` makes every new array ask ``fn(nbytes)`` instead, which
+returns an :class:`UnownedMemory` inside a block from :func:`malloc` (``cudaMalloc``; given back
+with :func:`free`). A block backs one live array at a time: an allocator that hands out a block
+still in use, or frees one, raises :class:`AllocatorError` at once (on a GPU it would corrupt the
+other array silently). The guard page and canaries stay those of the block, so an allocator that
+places an array at the end of its block keeps overruns caught exactly.
 """
 
 from __future__ import annotations
 
+import bisect
 import ctypes
 import math
 import os
 import re
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import graph, rt
-from .errors import OutOfMemoryError
+from .errors import AllocatorError, OutOfMemoryError
 
 ALIGN = 16
 CANARY = 0xA5
 FRONT_CANARY = 64   # bytes before the data that are checked after each launch
+TAIL_CANARY = 64    # at most this many bytes after the data (a plain buffer has fewer than ALIGN)
 
 _registry: dict[int, weakref.ref[_Buffer]] = {}
 _reg_lock = threading.Lock()
@@ -100,32 +110,16 @@ def _release(counted: int) -> None:
         _in_use -= counted
 
 
-class _Buffer:
-    """One guarded allocation; freed when the last DeviceArray using it goes away."""
+class _Guarded:
+    """The canaries of data at ``ptr`` (``nbytes``) inside a mapping that starts and ends with a
+    guard page (``map_lo``, ``map_len``): at most FRONT_CANARY bytes before the data, and the bytes
+    after it up to the guard page (at most TAIL_CANARY)."""
 
-    __slots__ = ("ptr", "nbytes", "map_lo", "map_len", "__weakref__")
-
-    def __init__(self, nbytes: int) -> None:
-        lib = rt.lib()
-        counted = _reserve(nbytes)
-        lo, ln = ctypes.c_ulonglong(), ctypes.c_ulonglong()
-        ptr = lib.emu_alloc(nbytes, ALIGN, ctypes.byref(lo), ctypes.byref(ln))
-        if not ptr:
-            _release(counted)
-            raise OutOfMemoryError(nbytes, _in_use, memory_limit())
-        self.ptr = int(ptr)
-        self.nbytes = int(nbytes)
-        self.map_lo = lo.value
-        self.map_len = ln.value
-        tail = self.tail_len
-        if tail:
-            ctypes.memset(self.ptr + self.nbytes, CANARY, tail)
-        front = self.front_len
-        if front:
-            ctypes.memset(self.ptr - front, CANARY, front)
-        with _reg_lock:
-            _registry[self.map_lo] = weakref.ref(self)
-        weakref.finalize(self, _free, self.map_lo, self.map_len, counted)
+    __slots__ = ()
+    ptr: int
+    nbytes: int
+    map_lo: int
+    map_len: int
 
     @property
     def data_end_page(self) -> int:
@@ -133,7 +127,7 @@ class _Buffer:
 
     @property
     def tail_len(self) -> int:
-        return self.data_end_page - (self.ptr + self.nbytes)
+        return min(self.data_end_page - (self.ptr + self.nbytes), TAIL_CANARY)
 
     @property
     def front_len(self) -> int:
@@ -162,6 +156,31 @@ class _Buffer:
             ctypes.memset(self.ptr - self.front_len, CANARY, self.front_len)
 
 
+class _Buffer(_Guarded):
+    """One guarded allocation; freed when the last DeviceArray using it goes away (or, for a block
+    from :func:`malloc`, by :func:`free`)."""
+
+    __slots__ = ("ptr", "nbytes", "map_lo", "map_len", "placed", "unmap", "__weakref__")
+
+    def __init__(self, nbytes: int) -> None:
+        lib = rt.lib()
+        counted = _reserve(nbytes)
+        lo, ln = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+        ptr = lib.emu_alloc(nbytes, ALIGN, ctypes.byref(lo), ctypes.byref(ln))
+        if not ptr:
+            _release(counted)
+            raise OutOfMemoryError(nbytes, _in_use, memory_limit())
+        self.ptr = int(ptr)
+        self.nbytes = int(nbytes)
+        self.map_lo = lo.value
+        self.map_len = ln.value
+        self.placed: weakref.ref[UnownedMemory] | None = None  # the array a block backs now
+        self.repair_canary()
+        with _reg_lock:
+            _registry[self.map_lo] = weakref.ref(self)
+        self.unmap = weakref.finalize(self, _free, self.map_lo, self.map_len, counted)
+
+
 def _free(map_lo: int, map_len: int, counted: int = 0) -> None:
     _release(counted)
     with _reg_lock:
@@ -172,15 +191,107 @@ def _free(map_lo: int, map_len: int, counted: int = 0) -> None:
         pass
 
 
-def find_buffer(addr: int) -> _Buffer | None:
-    """The live buffer whose mapping (guard pages included) contains addr."""
+def find_buffer(addr: int) -> _Guarded | None:
+    """The live buffer whose mapping (guard pages included) contains addr: for a block from
+    :func:`malloc`, the memory placed in it if an array uses it now."""
     with _reg_lock:
         refs = list(_registry.items())
     for lo, ref in refs:
         b = ref()
         if b is not None and lo <= addr < lo + b.map_len:
-            return b
+            placed = b.placed() if b.placed is not None else None
+            return placed if placed is not None else b
     return None
+
+
+# --- allocators: cudaMalloc/cudaFree and CuPy's allocator hook ------------------------------------
+
+_blocks: dict[int, _Buffer] = {}   # blocks from malloc() by address, until free()
+_block_starts: list[int] = []      # their addresses, sorted (which block holds an address)
+_allocator: Callable[[int], UnownedMemory] | None = None
+
+
+def malloc(nbytes: int) -> int:
+    """``cudaMalloc``: a new block of ``nbytes`` bytes, guarded as every buffer and counted against
+    the memory limit until :func:`free`; returns its address."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer)) or nbytes < 0:
+        raise ValueError(f"malloc: nbytes must be an integer >= 0, got {nbytes!r}")
+    block = _Buffer(int(nbytes))
+    with _reg_lock:
+        _blocks[block.ptr] = block
+        bisect.insort(_block_starts, block.ptr)
+    return block.ptr
+
+
+def free(ptr: int) -> None:
+    """``cudaFree``: give a block from :func:`malloc` back (its memory no longer counts)."""
+    with _reg_lock:
+        block = _blocks.get(ptr)
+        placed = block.placed() if block is not None and block.placed is not None else None
+        if block is not None and placed is None:
+            del _blocks[ptr]
+            _block_starts.pop(bisect.bisect_left(_block_starts, ptr))
+    if block is None:
+        raise AllocatorError(f"free({ptr:#x}): not the address of a block from malloc(), or freed twice")
+    if placed is not None:
+        raise AllocatorError(f"free({ptr:#x}): the block still backs a live array of {placed.nbytes} bytes "
+                             "(an allocator gave back memory that is in use)")
+    block.unmap()
+
+
+def blocks_in_use() -> int:
+    """How many blocks from :func:`malloc` have not been freed."""
+    return len(_blocks)
+
+
+class UnownedMemory(_Guarded):
+    """``cupy.cuda.UnownedMemory``: ``size`` bytes at ``ptr``, inside one block from :func:`malloc`,
+    for one array; ``owner`` is kept alive as long as the memory is (its release is the allocator's
+    signal that the block is free again)."""
+
+    __slots__ = ("ptr", "nbytes", "map_lo", "map_len", "block", "owner", "__weakref__")
+
+    def __init__(self, ptr: int, size: int, owner: Any) -> None:
+        ptr, size = int(ptr), int(size)
+        with _reg_lock:
+            i = bisect.bisect_right(_block_starts, ptr) - 1
+            block = _blocks.get(_block_starts[i]) if i >= 0 else None
+        if block is None or size < 0 or ptr + size > block.ptr + block.nbytes:
+            raise AllocatorError(f"memory [{ptr:#x}, {ptr + size:#x}) is not inside one block from malloc()")
+        if ptr % ALIGN:
+            raise AllocatorError(f"memory at {ptr:#x} is not aligned to {ALIGN} bytes (float4 loads need it)")
+        other = block.placed() if block.placed is not None else None
+        if other is not None:
+            raise AllocatorError(
+                f"the allocator handed out the block at {block.ptr:#x} ({block.nbytes} bytes) while it still "
+                f"backs a live array of {other.nbytes} bytes: the two arrays would overwrite each other")
+        self.ptr, self.nbytes, self.block, self.owner = ptr, size, block, owner
+        self.map_lo, self.map_len = block.map_lo, block.map_len
+        block.placed = weakref.ref(self)
+        self.repair_canary()
+
+
+def set_allocator(allocator: Callable[[int], UnownedMemory] | None = None) -> None:
+    """``cupy.cuda.set_allocator``: new arrays get their memory from ``allocator(nbytes)`` (an
+    :class:`UnownedMemory` of at least nbytes); ``None`` gives every array a buffer of its own again."""
+    global _allocator
+    _allocator = allocator
+
+
+def get_allocator() -> Callable[[int], UnownedMemory] | None:
+    return _allocator
+
+
+def _allocate(nbytes: int) -> _Guarded:
+    allocator = _allocator
+    if allocator is None:
+        return _Buffer(nbytes)
+    mem = allocator(nbytes)
+    if not isinstance(mem, UnownedMemory):
+        raise TypeError(f"the allocator returned a {type(mem).__name__}, not an emu.UnownedMemory")
+    if mem.nbytes < nbytes:
+        raise AllocatorError(f"the allocator returned {mem.nbytes} bytes for an array of {nbytes} bytes")
+    return mem
 
 
 class _Data:
@@ -199,7 +310,7 @@ class DeviceArray:
 
     __array_priority__ = 100
 
-    def __init__(self, shape: int | Sequence[int], dtype: Any = np.float32, *, _buffer: _Buffer | None = None,
+    def __init__(self, shape: int | Sequence[int], dtype: Any = np.float32, *, _buffer: _Guarded | None = None,
                  _offset: int = 0) -> None:
         shape_t = (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
         if any(s < 0 for s in shape_t):
@@ -207,7 +318,7 @@ class DeviceArray:
         self._shape = shape_t
         self._dtype = np.dtype(dtype)
         n = math.prod(shape_t) * self._dtype.itemsize
-        self._buf = _buffer if _buffer is not None else _Buffer(n)
+        self._buf = _buffer if _buffer is not None else _allocate(n)
         self._offset = _offset
 
     # --- attributes as in NumPy/CuPy -------------------------------------------------------
