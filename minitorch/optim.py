@@ -139,7 +139,8 @@ class Adam:
         else:
             if self._counter is None or self._counter.device != device:  # the model moved since
                 self._counter = _StepCounter(device, self.step_count)
-            launch(device, "adam.py", "adam_step", self._counter.step, self._counter.bias, beta1, beta2)
+            launch(device, "adam.py", "adam_step", self._counter.step, self._counter.bias, beta1, beta2,
+                   outputs=())
         for p in self.params:
             if p.grad is None:
                 continue
@@ -153,7 +154,7 @@ class Adam:
             elif p.size:
                 launch(device, "adam.py", "adam_update", p.data, p.grad.data, m.data, v.data,
                        self._counter.bias, self.lr, beta1, beta2, self.eps, self.weight_decay,
-                       self.decoupled)
+                       self.decoupled, outputs=())
 
     def state_dict(self) -> dict[str, object]:
         """{"step": t, "m": [host arrays in parameter order], "v": [...], and the hyperparameters}."""

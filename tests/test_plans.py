@@ -198,3 +198,34 @@ def test_a_plan_for_one_array_passed_twice_does_not_serve_two_arrays(solutions):
     for _ in range(2):
         np.testing.assert_allclose(ops.mul(a, a).numpy(), a.numpy() * a.numpy(), rtol=1e-6)
         np.testing.assert_allclose(ops.mul(a, b).numpy(), a.numpy() * b.numpy(), rtol=1e-6)
+
+
+def test_eager_cnn_training_is_the_same_with_and_without_plans(workspace, monkeypatch):
+    """Five eager Adam steps of a small CNN (convolution, pooling, ReLU, Linear, cross-entropy): the
+    weights after them are bit-identical whether the launchers run or their plans are replayed."""
+    from minitorch import functional, nn, optim
+    from tests.test_softmax import NOTEBOOKS
+
+    minitorch.set_device("emu")
+    write_solutions(workspace, NOTEBOOKS)
+    rng = np.random.default_rng(3)
+    images = [rng.standard_normal((4, 1, 9, 9)).astype(np.float32) for _ in range(5)]
+    labels = [rng.integers(0, 5, 4) for _ in range(5)]
+
+    def train(plans_on: bool) -> list[np.ndarray]:
+        monkeypatch.setenv("MINITORCH_PLANS", "1" if plans_on else "0")
+        plans.clear()
+        model = nn.Sequential(nn.Conv2d(1, 3, 3, padding=1, seed=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                              nn.Linear(48, 5, seed=2))
+        opt = optim.Adam(list(model.parameters()), lr=1e-2)
+        for x, y in zip(images, labels, strict=True):
+            opt.zero_grad()
+            functional.cross_entropy(model(minitorch.tensor(x)), y).backward()
+            opt.step()
+        return [p.numpy() for p in model.parameters()]
+
+    without = train(False)
+    with_plans = train(True)
+    assert plans.stats()["hits"] > 20
+    for a, b in zip(without, with_plans, strict=True):
+        np.testing.assert_array_equal(a, b)

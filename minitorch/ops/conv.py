@@ -96,7 +96,7 @@ def conv2d(x: Tensor, w: Tensor, b: Tensor | None = None, stride: int = 1, paddi
     out = empty(device, (n, k, p, q))
     if out.size:
         bias = b.data if b is not None else backend.get_backend(device).zeros((k,), dtype)
-        launch(device, "conv.py", "conv2d", x.data, w.data, bias, out, stride, padding, variant)
+        launch(device, "conv.py", "conv2d", x.data, w.data, bias, out, stride, padding, variant, outputs=(3,))
     return Tensor(out, device)
 
 
@@ -112,7 +112,7 @@ def conv2d_backward_input(dy: Tensor, w: Tensor, x_shape: tuple[int, ...], strid
         return cpu_result(_cpu_backward_input(dy.data, w.data, (n, c, h, wd), stride, padding), dtype)
     out = empty(device, (n, c, h, wd))
     if out.size:
-        launch(device, "conv.py", "conv2d_backward_input", dy.data, w.data, out, stride, padding, variant)
+        launch(device, "conv.py", "conv2d_backward_input", dy.data, w.data, out, stride, padding, variant, outputs=(2,))
     return Tensor(out, device)
 
 
@@ -129,7 +129,7 @@ def conv2d_backward_weight(x: Tensor, dy: Tensor, w_shape: tuple[int, ...], stri
         return cpu_result(dw, dtype)
     out = empty(device, (k, c, r, s))
     if out.size:
-        launch(device, "conv.py", "conv2d_backward_weight", x.data, dy.data, out, stride, padding, variant)
+        launch(device, "conv.py", "conv2d_backward_weight", x.data, dy.data, out, stride, padding, variant, outputs=(2,))
     return Tensor(out, device)
 
 
@@ -142,5 +142,5 @@ def conv2d_bias_grad(dy: Tensor) -> Tensor:
         return cpu_result(dy.data.sum(axis=(0, 2, 3)), dtype)
     out = empty(device, (dy.shape[1],))
     if out.size:
-        launch(device, "conv.py", "conv2d_bias_grad", dy.data, out)
+        launch(device, "conv.py", "conv2d_bias_grad", dy.data, out, outputs=(1,))
     return Tensor(out, device)

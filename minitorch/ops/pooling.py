@@ -61,7 +61,7 @@ def max_pool2d(x: Tensor, kernel_size: int, stride: int | None = None, padding: 
         return cpu_result(y, dtype), Tensor(at, "cpu")
     y, at = empty(device, (n, c, p, q)), empty(device, (n, c, p, q), ARGMAX_DTYPE)
     if y.size:
-        launch(device, "maxpool.py", "max_pool2d", x.data, y, at, k, st, pad)
+        launch(device, "maxpool.py", "max_pool2d", x.data, y, at, k, st, pad, outputs=(1, 2))
     return Tensor(y, device), Tensor(at, device)
 
 
@@ -82,5 +82,5 @@ def max_pool2d_backward(dy: Tensor, argmax: Tensor, x_shape: tuple[int, ...], ke
         raise TypeError(f"max_pool2d_backward: argmax must be int32 (from max_pool2d), got {argmax.dtype}")
     out = empty(device, (n, c, h, w))
     if out.size:
-        launch(device, "maxpool.py", "max_pool2d_backward", dy.data, argmax.data, out, k, st, pad)
+        launch(device, "maxpool.py", "max_pool2d_backward", dy.data, argmax.data, out, k, st, pad, outputs=(2,))
     return Tensor(out, device)

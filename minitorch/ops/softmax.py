@@ -37,7 +37,7 @@ def softmax(x: Tensor) -> Tensor:
         return cpu_result(e / s, dtype)
     out = empty(device, x.shape)
     if x.size:
-        launch(device, "softmax.py", "softmax", x.data, out)
+        launch(device, "softmax.py", "softmax", x.data, out, outputs=(1,))
     return Tensor(out, device)
 
 
@@ -52,7 +52,7 @@ def log_softmax(x: Tensor) -> Tensor:
         return cpu_result(shifted - np.log(s), dtype)
     out = empty(device, x.shape)
     if x.size:
-        launch(device, "softmax.py", "log_softmax", x.data, out)
+        launch(device, "softmax.py", "log_softmax", x.data, out, outputs=(1,))
     return Tensor(out, device)
 
 
@@ -66,7 +66,7 @@ def softmax_backward(y: Tensor, grad_out: Tensor) -> Tensor:
         return cpu_result(y.data * (grad_out.data - dot), dtype)
     out = empty(device, y.shape)
     if y.size:
-        launch(device, "softmax.py", "softmax_backward", y.data, grad_out.data, out)
+        launch(device, "softmax.py", "softmax_backward", y.data, grad_out.data, out, outputs=(2,))
     return Tensor(out, device)
 
 
@@ -79,7 +79,7 @@ def log_softmax_backward(y: Tensor, grad_out: Tensor) -> Tensor:
         return cpu_result(grad_out.data - np.exp(y.data) * grad_out.data.sum(axis=1, keepdims=True), dtype)
     out = empty(device, y.shape)
     if y.size:
-        launch(device, "softmax.py", "log_softmax_backward", y.data, grad_out.data, out)
+        launch(device, "softmax.py", "log_softmax_backward", y.data, grad_out.data, out, outputs=(2,))
     return Tensor(out, device)
 
 
@@ -150,7 +150,7 @@ def cross_entropy(logits: Tensor, targets: Any) -> Tensor:
         picked = shifted[np.arange(rows), t.data]
         return cpu_result(np.mean(np.log(s[:, 0]) - picked), dtype)
     loss = empty(device, (1,))
-    launch(device, "softmax.py", "cross_entropy", logits.data, t.data, loss)
+    launch(device, "softmax.py", "cross_entropy", logits.data, t.data, loss, outputs=(2,))
     return Tensor(loss.reshape(()), device)
 
 
@@ -167,5 +167,5 @@ def cross_entropy_backward(logits: Tensor, targets: Any, grad_loss: float = 1.0)
         return cpu_result(grad * dtype.type(grad_loss / max(rows, 1)), dtype)
     out = empty(device, logits.shape)
     if logits.size:
-        launch(device, "softmax.py", "cross_entropy_backward", logits.data, t.data, out, grad_loss)
+        launch(device, "softmax.py", "cross_entropy_backward", logits.data, t.data, out, grad_loss, outputs=(2,))
     return Tensor(out, device)
