@@ -13,7 +13,9 @@ accumulates the gradients of the leaves.
 Recording stops inside ``with minitorch.no_grad():`` (an optimizer step, evaluation, backward itself).
 """
 
+from minitorch.autograd.attention import AttentionSoftmax, BatchedMatMul, CausalSelfAttention, MergeHeads, SplitHeads
 from minitorch.autograd.elementwise import Add, AddBias, Mul, ReLU, ScalarMul, Sigmoid, Sub, add
+from minitorch.autograd.embedding import Embedding
 from minitorch.autograd.function import (
     Context,
     Function,
@@ -23,6 +25,8 @@ from minitorch.autograd.function import (
     mark_host_value,
     no_grad,
 )
+from minitorch.autograd.gelu import GELU
+from minitorch.autograd.layernorm import LayerNorm
 from minitorch.autograd.linalg import MatMul, Transpose
 from minitorch.autograd.loss import MSELoss
 from minitorch.autograd.reduce import Mean, Sum
@@ -32,4 +36,7 @@ __all__ = [
     "Add", "AddBias", "Context", "Function", "MSELoss", "MatMul", "Mean", "Mul", "ReLU", "Reshape", "ScalarMul",
     "Sigmoid", "Sub", "Sum", "Transpose", "add", "enable_grad", "host_scalar", "is_grad_enabled", "mark_host_value",
     "no_grad",
+    # Phase 7
+    "AttentionSoftmax", "BatchedMatMul", "CausalSelfAttention", "Embedding", "GELU", "LayerNorm", "MergeHeads",
+    "SplitHeads",
 ]

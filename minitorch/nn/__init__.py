@@ -3,6 +3,8 @@
 
 from minitorch.nn.activation import ReLU, Sigmoid
 from minitorch.nn.linear import Linear
-from minitorch.nn.module import Module, Sequential
+from minitorch.nn.module import Module, ModuleList, Sequential
+from minitorch.nn.transformer import GELU, GPT, Embedding, LayerNorm, MultiHeadAttention, TransformerBlock
 
 __all__ = ["Linear", "Module", "ReLU", "Sequential", "Sigmoid"]
+__all__ += ["GELU", "GPT", "Embedding", "LayerNorm", "ModuleList", "MultiHeadAttention", "TransformerBlock"]  # Phase 7

@@ -10,8 +10,21 @@ Inputs are checked here, before any launch: a shape, dtype or device mismatch ra
 ``TypeError`` naming what was expected and what came. An empty output launches nothing.
 """
 
+from minitorch.ops.attention import (
+    attention,
+    attention_backward,
+    attention_softmax,
+    attention_softmax_backward,
+    bmm,
+    merge_heads,
+    split_heads,
+)
+from minitorch.ops.clip import clip_by_global_norm_
 from minitorch.ops.dispatch import on_device
 from minitorch.ops.elementwise import add, add_bias, mul, relu, relu_backward, scalar_mul, sigmoid, sigmoid_backward
+from minitorch.ops.embedding import embedding, embedding_backward
+from minitorch.ops.gelu import gelu, gelu_backward
+from minitorch.ops.layernorm import layer_norm, layer_norm_backward
 from minitorch.ops.linalg import matmul, transpose
 from minitorch.ops.loss import mse_backward, mse_loss
 from minitorch.ops.optim import sgd_momentum_
@@ -22,4 +35,8 @@ __all__ = [
     "add", "add_bias", "bias_grad", "column_mean_var", "expand", "matmul", "max", "mse_backward", "mse_loss",
     "mul", "on_device", "relu", "relu_backward", "reshape", "scalar_mul", "sgd_momentum_", "sigmoid",
     "sigmoid_backward", "sum", "transpose",
+    # Phase 7
+    "attention", "attention_backward", "bmm", "clip_by_global_norm_", "embedding", "embedding_backward", "gelu",
+    "gelu_backward", "layer_norm", "layer_norm_backward", "merge_heads", "attention_softmax", "attention_softmax_backward",
+    "split_heads",
 ]
