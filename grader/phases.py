@@ -64,7 +64,9 @@ PHASES: dict[str, Phase] = _chain(
     ("phase5", "Making it fast (GEMM ladder, memory pool, Sequential, Adam, init)", dict(
         lab="phase5_fast", tests=("test_phase5.py", "test_phase5_training.py"),
         learner_files=("gemm.cu", "gemm.py", "adam.cu", "adam.py"))),
-    ("phase6", "CNNs and MNIST", {}),
+    ("phase6", "CNNs and MNIST", dict(
+        lab="phase6_cnn", tests=("test_phase6_softmax.py",),
+        learner_files=("softmax.cu", "softmax.py"))),
     ("phase7", "Transformers and Tiny Shakespeare GPT", {}),
     ("phase8", "Expert track (FlashAttention, tensor cores, mixed precision)", {}),
 )

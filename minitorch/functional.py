@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+
 from minitorch import autograd
+from minitorch.ops.softmax import class_indices, targets_for
 from minitorch.tensor import Tensor
 
-__all__ = ["mse_loss", "relu", "sigmoid"]
+__all__ = ["mse_loss", "relu", "sigmoid",
+           # Phase 6
+           "accuracy", "class_indices", "cross_entropy", "log_softmax", "softmax"]
 
 
 def _tensor(op: str, name: str, x: object) -> Tensor:
@@ -31,6 +38,55 @@ def relu(x: Tensor) -> Tensor:
 def sigmoid(x: Tensor) -> Tensor:
     """1 / (1 + exp(-x)), elementwise."""
     return autograd.Sigmoid.apply(_tensor("sigmoid", "x", x))
+
+
+# ---------------------------------------------------------------- Phase 6: classification
+
+
+def _over_last_dim(op: str, x: Tensor, dim: int, fn: type[autograd.Function]) -> Tensor:
+    """Apply a row-wise Function over the last dimension of x (any number of dimensions >= 1)."""
+    _tensor(op, "x", x)
+    if x.ndim == 0 or dim not in (-1, x.ndim - 1):
+        raise ValueError(f"{op}: only the last dimension is supported (dim=-1), got dim={dim} for shape {x.shape}")
+    if x.ndim == 2:
+        return fn.apply(x)
+    return fn.apply(x.reshape(int(np.prod(x.shape[:-1])), x.shape[-1])).reshape(x.shape)
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """exp(x - max) / sum(exp(x - max)) along the last dimension (rows of a matrix)."""
+    return _over_last_dim("softmax", x, dim, autograd.Softmax)
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """log(softmax(x)) along the last dimension, computed as x - max - log(sum(exp(x - max)))."""
+    return _over_last_dim("log_softmax", x, dim, autograd.LogSoftmax)
+
+
+def cross_entropy(logits: Tensor, targets: Any) -> Tensor:
+    """Softmax cross-entropy, the mean over the batch: mean_r(-log softmax(logits)[r, targets[r]]), a 0-d tensor.
+
+    ``logits``: (N, C) float32 (float64 on cpu). ``targets``: (N,) integer class indices in 0 .. C-1, as
+    an integer tensor on the logits' device (:func:`class_indices`: int32 on cuda/emu, int64 on cpu) or
+    as a NumPy integer array (checked on the host and copied to the device on every call; a captured
+    graph needs the tensor). A device tensor holding a target outside 0 .. C-1 gives a NaN loss.
+    The backward is one fused kernel: (softmax(logits) - onehot(targets)) / N.
+    """
+    _tensor("cross_entropy", "logits", logits)
+    if logits.ndim != 2:
+        raise ValueError(f"cross_entropy: logits must be (batch, classes), got shape {logits.shape}")
+    return autograd.CrossEntropy.apply(logits, targets_for("cross_entropy", targets, logits))
+
+
+def accuracy(logits: Tensor, targets: Any) -> float:
+    """The fraction of rows whose largest logit is at the target class (the first largest on a tie).
+
+    Read on the host: one copy of the (N, C) logits (and of the targets when they are a tensor)."""
+    _tensor("accuracy", "logits", logits)
+    if logits.ndim != 2 or logits.shape[0] == 0:
+        raise ValueError(f"accuracy: logits must be (batch, classes) with batch > 0, got shape {logits.shape}")
+    t = targets_for("accuracy", targets, logits)
+    return float(np.mean(np.argmax(logits.numpy(), axis=1) == t.numpy()))
 
 
 # --- Phase 7: transformers ----------------------------------------------------------------------

@@ -73,6 +73,9 @@ KERNEL_FILES: dict[str, LearnerFile] = {
     "gemm.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 2: launching the ladder"),
     "adam.cu": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 4: the fused Adam update"),
     "adam.py": LearnerFile("phase5", "labs/phase5_fast.ipynb", "Exercise 5: launching the Adam update"),
+    **{name: LearnerFile("phase6", "labs/phase6_cnn.ipynb", cell) for name, cell in (
+        ("softmax.cu", "Exercise 1: softmax, log-softmax and cross-entropy"),
+        ("softmax.py", "Exercise 2: launching the row kernels"))},
 }
 
 

@@ -31,11 +31,14 @@ from minitorch.autograd.linalg import MatMul, Transpose
 from minitorch.autograd.loss import MSELoss
 from minitorch.autograd.reduce import Mean, Sum
 from minitorch.autograd.shape import Reshape
+from minitorch.autograd.softmax import CrossEntropy, LogSoftmax, Softmax
 
 __all__ = [
     "Add", "AddBias", "Context", "Function", "MSELoss", "MatMul", "Mean", "Mul", "ReLU", "Reshape", "ScalarMul",
     "Sigmoid", "Sub", "Sum", "Transpose", "add", "enable_grad", "host_scalar", "is_grad_enabled", "mark_host_value",
     "no_grad",
+    # Phase 6
+    "CrossEntropy", "LogSoftmax", "Softmax",
     # Phase 7
     "AttentionSoftmax", "BatchedMatMul", "CausalSelfAttention", "Embedding", "GELU", "LayerNorm", "MergeHeads",
     "SplitHeads",

@@ -30,11 +30,23 @@ from minitorch.ops.loss import mse_backward, mse_loss
 from minitorch.ops.optim import sgd_momentum_
 from minitorch.ops.reduce import bias_grad, column_mean_var, max, sum  # noqa: A004 (the operations' names)
 from minitorch.ops.shape import expand, reshape
+from minitorch.ops.softmax import (
+    class_indices,
+    cross_entropy,
+    cross_entropy_backward,
+    log_softmax,
+    log_softmax_backward,
+    softmax,
+    softmax_backward,
+)
 
 __all__ = [
     "add", "add_bias", "bias_grad", "column_mean_var", "expand", "matmul", "max", "mse_backward", "mse_loss",
     "mul", "on_device", "relu", "relu_backward", "reshape", "scalar_mul", "sgd_momentum_", "sigmoid",
     "sigmoid_backward", "sum", "transpose",
+    # Phase 6
+    "class_indices", "cross_entropy", "cross_entropy_backward", "log_softmax", "log_softmax_backward", "softmax",
+    "softmax_backward",
     # Phase 7
     "attention", "attention_backward", "bmm", "clip_by_global_norm_", "embedding", "embedding_backward", "gelu",
     "gelu_backward", "layer_norm", "layer_norm_backward", "merge_heads", "attention_softmax", "attention_softmax_backward",
