@@ -76,6 +76,17 @@ KERNEL_FILES: dict[str, LearnerFile] = {
     **{name: LearnerFile("phase6", "labs/phase6_cnn.ipynb", cell) for name, cell in (
         ("softmax.cu", "Exercise 1: softmax, log-softmax and cross-entropy"),
         ("softmax.py", "Exercise 2: launching the row kernels"))},
+    **{name: LearnerFile("phase7", "labs/phase7_gpt.ipynb", cell) for name, cell in (
+        ("gelu.cu", "Exercise 1: GELU kernels"),
+        ("gelu.py", "Exercise 2: launching GELU"),
+        ("layernorm.cu", "Exercise 3: LayerNorm kernels"),
+        ("layernorm.py", "Exercise 4: launching LayerNorm"),
+        ("embedding.cu", "Exercise 5: embedding kernels"),
+        ("embedding.py", "Exercise 6: launching the embedding kernels"),
+        ("attention.cu", "Exercise 7: attention kernels"),
+        ("attention.py", "Exercise 8: launching the attention kernels"),
+        ("clip.cu", "Exercise 10: clipping kernels"),
+        ("clip.py", "Exercise 11: launching the clipping kernels"))},
 }
 
 

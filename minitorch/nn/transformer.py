@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from minitorch import backend, functional
+from minitorch import backend, functional, ops
 from minitorch.autograd import no_grad
 from minitorch.nn.linear import Linear
 from minitorch.nn.module import Module, ModuleList
@@ -171,7 +171,8 @@ class GPT(Module):
         self._positions(self.block_size)
         return self
 
-    def forward(self, idx: Tensor) -> Tensor:
+    def _embed(self, idx: Tensor) -> Tensor:
+        """Token plus position embeddings of idx (B, T): (B, T, d_model)."""
         if not isinstance(idx, Tensor) or idx.dtype != INDEX or idx.ndim != 2:
             got = f"{idx.dtype} {idx.shape}" if isinstance(idx, Tensor) else type(idx).__name__
             raise TypeError(f"GPT expects int32 token ids of shape (B, T) (minitorch.tensor(ids, dtype='int32')), "
@@ -182,10 +183,25 @@ class GPT(Module):
         c = self.d_model
         tok = self.wte(idx)                                  # (B, T, C)
         pos = self.wpe(self._positions(t))                   # (T, C), the same for every sequence
-        x = (tok.reshape(batch, t * c) + pos.reshape(t * c)).reshape(batch, t, c)  # a bias of T*C values
+        return (tok.reshape(batch, t * c) + pos.reshape(t * c)).reshape(batch, t, c)  # a bias of T*C values
+
+    def forward(self, idx: Tensor) -> Tensor:
+        x = self._embed(idx)
         for block in self.blocks:
             x = block(x)
         return self.lm_head(self.ln_f(x))                    # (B, T, vocab)
+
+    def attention_maps(self, idx: Tensor) -> list[np.ndarray]:
+        """The attention probabilities of every layer for idx (B, T): one host array (B, n_head, T, T) per
+        layer, row t the weights query t gives keys 0..t (not recorded for autograd)."""
+        with no_grad():
+            x = self._embed(idx)
+            maps = []
+            for block in self.blocks:
+                _, saved = ops.attention(block.attn.c_attn(block.ln1(x)), self.n_head)
+                maps.append(saved[3].numpy().reshape(idx.shape[0], self.n_head, idx.shape[1], idx.shape[1]))
+                x = block(x)
+        return maps
 
     def generate(self, idx: Any, n: int, temperature: float = 1.0, *, seed: int | None = None) -> Tensor:
         """``idx`` (B, T0) followed by ``n`` sampled tokens: (B, T0 + n) int32 ids on the model's device.

@@ -104,7 +104,7 @@ def split_heads(x: Tensor, n_head: int, parts: int = 1) -> tuple[Tensor, ...]:
     for p in range(parts):
         out = empty(device, (batch, n_head, t, d))
         if out.size:
-            launch(device, "attention.py", "split_heads", x.data, out, n_head, p)
+            launch(device, "attention.py", "split_heads", x.data, out, p)
         outs.append(Tensor(out, device))
     return tuple(outs)
 
