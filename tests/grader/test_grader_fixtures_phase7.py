@@ -52,7 +52,7 @@ WRONG_AXIS_BODY = """    const int lane = threadIdx.x % WARP;
     for (long long col = warp; col < rows; col += warps) {
         const long long base = (col / cols) * cols * cols + col % cols;
         const int first = causal ? (int)(col % cols) : 0;  // queries t >= key j see it
-        float mx = -INFINITY;
+        float mx = __int_as_float(0xff800000);  // -inf
         for (int t = first + lane; t < cols; t += WARP) {
             mx = fmaxf(mx, scores[base + (long long)t * cols]);
         }
