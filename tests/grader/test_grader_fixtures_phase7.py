@@ -52,7 +52,7 @@ WRONG_AXIS_BODY = """    const int lane = threadIdx.x % WARP;
     for (long long col = warp; col < rows; col += warps) {
         const long long base = (col / cols) * cols * cols + col % cols;
         const int first = causal ? (int)(col % cols) : 0;  // queries t >= key j see it
-        float mx = __int_as_float(0xff800000);  // -inf
+        float mx = __int_as_float((int)0xff800000u);  // -inf
         for (int t = first + lane; t < cols; t += WARP) {
             mx = fmaxf(mx, scores[base + (long long)t * cols]);
         }
@@ -294,4 +294,4 @@ def test_slow_layernorm_fails_the_bandwidth_threshold(tmp_path):
     report = grade_workspace(tmp_path, "phase7", files, "--no-notebook", "--require-perf", "-k",
                              "test_perf_layernorm_forward", timeout=120, device="cuda")
     [check] = results(report, "test_perf_layernorm_forward_against_copy")
-    assert check["result"] == "FAIL" and "at least 0.50x is needed" in check["reason"], check
+    assert check["result"] == "FAIL" and "at least 0.40x is needed" in check["reason"], check
