@@ -24,6 +24,7 @@ temporary directory: a check of the script, whose numbers say nothing about a GP
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import statistics
@@ -33,7 +34,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import ROOT, emulator_name, gpu_name, solution_sources, time_gpu, write_results
+from common import ROOT, emulator_name, gpu_name, software, solution_sources, time_gpu, write_results
 
 LABS = ("phase1_memory", "phase2_kernels", "phase3a_forward", "phase3b_backward", "phase4_reductions",
         "phase5_fast", "phase6_cnn", "phase7_gpt")
@@ -203,6 +204,17 @@ def load_weights(net, model) -> None:
     net.load_state_dict(state, strict=True)  # every name and shape must match
 
 
+def baselines(train_ids: np.ndarray, val_ids: np.ndarray, vocab: int) -> dict:
+    """The validation loss (nats a character) of character frequencies alone and of the previous character (counts
+    of the training text, each plus one), as the lab computes them."""
+    counts = np.bincount(train_ids, minlength=vocab) + 1.0
+    pairs = np.ones((vocab, vocab))
+    np.add.at(pairs, (train_ids[:-1], train_ids[1:]), 1)
+    pairs /= pairs.sum(axis=1, keepdims=True)
+    return {"kind": "baseline", "unigram": float(-np.log(counts[val_ids] / counts.sum()).mean()),
+            "bigram": float(-np.log(pairs[val_ids[:-1], val_ids[1:]]).mean())}
+
+
 def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     import torch
     import torch.nn.functional as TF  # noqa: N812
@@ -261,7 +273,7 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
         return tokenizer.decode(out.numpy()[0, 1:])
 
     captured = graph.capture(step)
-    rows: list[dict] = []
+    rows: list[dict] = [baselines(train_ids, val_ids, vocab)]
     windows = text.RandomWindows(train_ids, t, b, seed=SEED)
 
     def load_batch(x: np.ndarray, y: np.ndarray) -> None:
@@ -357,8 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = bandwidth_rows(device, args.small) + attention_rows(device, args.small)
     training, config = train_both(device, SMALL if args.small else FULL)
     if args.small:  # a check of the script: its numbers are no figure for the book
-        path = Path(tempfile.mkdtemp(prefix="phase7-small-")) / "phase7_gpt.json"
-        path.write_text(json.dumps({"device": name, "config": config, "results": rows + training}, indent=1))
+        path = Path(tempfile.mkdtemp(prefix="phase7-small-")) / "phase7_gpt-small.json"
+        doc = {"benchmark": "phase7_gpt", "device": name, "date": datetime.date.today().isoformat(),
+               "software": software(), "configuration": "small", "config": config, "results": rows + training}
+        path.write_text(json.dumps(doc, indent=1) + "\n")
         print(f"wrote {path} (not a result for the book)")
         return 0
     write_results("phase7_gpt", name, rows + training, configuration="full", config=config)

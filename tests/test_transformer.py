@@ -295,3 +295,47 @@ def test_char_tokenizer_split_and_windows():
     assert ex[0].tolist() == [90, 91, 92] and ex[-1].tolist() == [96, 97, 98] and np.all(ey == ex + 1)
     with pytest.raises(ValueError, match="hold no window"):
         text.evaluation_windows(val, 10, 2)
+
+
+# ---------------------------------------------------------------- on a GPU (make test-gpu)
+
+
+@pytest.mark.gpu
+def test_gpt_on_cuda_matches_float64_and_its_captured_step_replays_eager_steps(solutions):
+    config = dict(vocab_size=13, block_size=9, d_model=16, n_head=2, n_layer=2, seed=3)
+    gpu, ref = nn.GPT(**config, device="cuda"), nn.GPT(**config, device="cpu", dtype="float64")
+    x = np.random.default_rng(0).integers(0, 13, (3, 9))
+    got, want = gpu(ids(x, "cuda")), ref(ids(x))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+    g = np.random.default_rng(1).standard_normal(want.shape)
+    got.backward(minitorch.tensor(g.astype(np.float32), device="cuda"))
+    want.backward(minitorch.tensor(g, device="cpu", dtype="float64"))
+    for (name, p), (_, q) in zip(gpu.named_parameters(), ref.named_parameters(), strict=True):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=name)
+
+    vocab, t, b = 11, 8, 3
+    models = [nn.GPT(vocab, t, d_model=16, n_head=2, n_layer=1, device="cuda", seed=5) for _ in range(2)]
+    opts = [optim.AdamW(m.parameters(), lr=3e-2, weight_decay=0.01) for m in models]
+    xs = [minitorch.zeros((b, t), device="cuda", dtype="int32") for _ in range(2)]
+    ys = [minitorch.zeros((b, t), device="cuda", dtype="int32") for _ in range(2)]
+
+    def step(i: int) -> minitorch.Tensor:
+        loss = F.cross_entropy(models[i](xs[i]).reshape(b * t, vocab), ys[i].reshape(b * t))
+        opts[i].zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(models[i].parameters(), 0.5)
+        opts[i].step()
+        return loss
+
+    captured = graph.capture(lambda: step(1), device="cuda")
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        xb, yb = rng.integers(0, vocab, (b, t)).astype(np.int32), rng.integers(0, vocab, (b, t)).astype(np.int32)
+        for i in range(2):
+            xs[i].copy_from(xb)
+            ys[i].copy_from(yb)
+        eager = step(0).item()
+        captured.replay()
+        assert captured.output.item() == pytest.approx(eager, rel=1e-5)
+    for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-4, atol=1e-6)
