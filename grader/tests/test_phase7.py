@@ -207,7 +207,7 @@ def check_layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float, got
 @LN_FWD
 @pytest.mark.parametrize("rows, cols", LN_SHAPES, ids=lambda v: str(v))
 @pytest.mark.hint("a warp per row: the mean, then the mean of (x - mean)^2 (divided by cols), rstd = "
-                  "rsqrtf(var + eps); every row and every column written")
+                  "1 / sqrtf(var + eps); every row and every column written")
 def test_layernorm_forward_values(rows, cols):
     x, w, b = ln_inputs(rows, cols)
     got = device_layernorm(x, w, b)

@@ -26,7 +26,7 @@ pytestmark = [
 ]
 
 VISIBLE = "        const int visible = causal ? (int)(row % cols) + 1 : cols;\n"
-SAMPLE_VARIANCE = "        const float r = rsqrtf(warp_sum(q) / cols + eps);\n"
+SAMPLE_VARIANCE = "        const float r = 1.0f / sqrtf(warp_sum(q) / cols + eps);  // both correctly rounded\n"
 GELU_SLOPE = """        const float t = tanhf(GELU_SQRT_2_OVER_PI * (v + GELU_CUBIC * v2 * v));
         const float du = GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_CUBIC * v2);
         grad_in[i] =
@@ -136,7 +136,7 @@ def test_sample_variance_and_a_numpy_launcher_are_rejected(tmp_path):
     - gelu.py computes the GELU with NumPy and copies it in, launching nothing."""
     files = solution_sources()
     files["layernorm.cu"] = replace_once(files["layernorm.cu"], SAMPLE_VARIANCE,
-                                         "        const float r = rsqrtf(warp_sum(q) / (cols - 1) + eps);\n")
+                                         "        const float r = 1.0f / sqrtf(warp_sum(q) / (cols - 1) + eps);\n")
     files["gelu.py"] = replace_once(
         files["gelu.py"], GELU_LAUNCH,
         "        h = backend.asnumpy(x).astype(np.float64)  # NumPy, not the kernel\n"
