@@ -420,7 +420,8 @@ def test_embedding_backward_accumulates_repeated_ids(case):
 
 
 @EMB_FWD
-@pytest.mark.hint("an id outside [0, vocab) gives a row of NaN (nanf(\"\")), and adds nothing in the backward")
+@pytest.mark.hint("an id outside [0, vocab) gives a row of NaN (__int_as_float(0x7fffffff)), and adds nothing in "
+                  "the backward")
 def test_embedding_ids_out_of_range():
     table = checks.rng("embedding-range").standard_normal((5, 3)).astype(np.float32)
     ids = np.array([0, 5, -1, 4, 1000])
