@@ -67,7 +67,10 @@ PHASES: dict[str, Phase] = _chain(
     ("phase6", "CNNs and MNIST", dict(
         lab="phase6_cnn", tests=("test_phase6_softmax.py", "test_phase6_conv.py", "test_phase6_mnist.py"),
         learner_files=("softmax.cu", "softmax.py", "conv.cu", "conv.py", "maxpool.cu", "maxpool.py"))),
-    ("phase7", "Transformers and Tiny Shakespeare GPT", {}),
+    ("phase7", "Transformers and Tiny Shakespeare GPT", dict(
+        lab="phase7_gpt", tests=("test_phase7.py", "test_phase7_gpt.py"),
+        learner_files=("gelu.cu", "gelu.py", "layernorm.cu", "layernorm.py", "embedding.cu", "embedding.py",
+                       "attention.cu", "attention.py", "clip.cu", "clip.py"))),
     ("phase8", "Expert track (FlashAttention, tensor cores, mixed precision)", {}),
 )
 

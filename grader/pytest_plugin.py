@@ -5,7 +5,8 @@ so that when the process crashes or is killed the grader still knows which test 
 
     {"event": "collected", "nodeids": [...], "kernels": {nodeid: "memory.cu:fill"}}
     {"event": "start", "nodeid", "kernel": "memory.cu:fill" | null, "hint": str | null, "perf": bool}
-    {"event": "result", "nodeid", "outcome": "passed"|"failed"|"skipped", "when", "reason", "perf": [...]}
+    {"event": "result", "nodeid", "outcome": "passed"|"failed"|"skipped", "when", "reason", "perf": [...],
+     "notes": [...]}  (a test's record_property("note", text): shown under the report's table)
     {"event": "device", "device": "cuda: NVIDIA H100 80GB HBM3" | "emu" | "cpu"}
     {"event": "poisoned", "nodeid", "reason"}   (session stopped: the CUDA context is unusable)
 
@@ -173,8 +174,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return
     reason = _reason(item, call, report)
     perf = [value for key, value in report.user_properties if key == "perf"]
+    notes = [str(value) for key, value in report.user_properties if key == "note"]
     _emit(event="result", nodeid=item.nodeid, outcome=report.outcome, when=report.when,
-          reason=reason, perf=perf, duration=round(report.duration, 3))
+          reason=reason, perf=perf, notes=notes, duration=round(report.duration, 3))
     if report.failed and POISONED_CONTEXT.search(reason + str(report.longrepr)):
         _emit(event="poisoned", nodeid=item.nodeid, reason=reason)
         item.session.shouldstop = "the CUDA context is unusable after this error; restarting"

@@ -22,6 +22,7 @@ class CheckResult:
     kernel: str | None = None
     perf: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # raised while the check ran, passed or not
+    notes: list[str] = field(default_factory=list)  # record_property("note", ...): shown under the table
 
     def blocking(self, require_perf: bool) -> bool:
         if self.result in (FAIL, CRASH, TIMEOUT):
@@ -70,7 +71,9 @@ def format_measure(perf: dict[str, Any]) -> str:
     if ratio is not None:
         parts.append(f"{ratio:.2f}x ref")
     text = " = ".join(parts)
-    if threshold is not None:
+    if threshold is not None and perf.get("direction") == "at most":  # a bound on the value itself (a loss)
+        text += f" (<= {threshold:g})"
+    elif threshold is not None:
         text += f" (>= {threshold:.2f}x)"
     return text
 

@@ -127,6 +127,7 @@ def check_phase(opts: CheckOptions) -> PhaseReport:
                 report.notes.append(f"WARNING: {notebook} changed during grading (not by the grader)")
         tests, device = run_tests_step(phase, env, work, opts)
         report.checks += tests
+        report.notes += [f"{c.name}: {n}" for c in tests for n in c.notes]
         if device:
             report.device = device
         if not report.device.startswith("cuda") and any(c.result == NOT_MEASURED for c in report.checks):

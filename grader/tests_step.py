@@ -246,4 +246,5 @@ def _result_check(ev: dict[str, Any], start: dict[str, Any]) -> CheckResult:
         result = _classify_failure(reason)
     hint = (_failure_hint(result, reason, start.get("hint"), kernel, start.get("hint_on"))
             if result in (FAIL, CRASH) else "")
-    return CheckResult(_test_name(nodeid), result, "tests", reason, measured, hint, nodeid, kernel, perf)
+    return CheckResult(_test_name(nodeid), result, "tests", reason, measured, hint, nodeid, kernel, perf,
+                       notes=list(ev.get("notes") or []))

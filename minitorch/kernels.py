@@ -83,6 +83,17 @@ KERNEL_FILES: dict[str, LearnerFile] = {
         ("conv.py", "Exercise 4: launching convolutions"),
         ("maxpool.cu", "Exercise 5: max pooling"),
         ("maxpool.py", "Exercise 6: launching max pooling"))},
+    **{name: LearnerFile("phase7", "labs/phase7_gpt.ipynb", cell) for name, cell in (
+        ("gelu.cu", "Exercise 1: GELU kernels"),
+        ("gelu.py", "Exercise 2: launching GELU"),
+        ("layernorm.cu", "Exercise 3: LayerNorm kernels"),
+        ("layernorm.py", "Exercise 4: launching LayerNorm"),
+        ("embedding.cu", "Exercise 5: embedding kernels"),
+        ("embedding.py", "Exercise 6: launching the embedding kernels"),
+        ("attention.cu", "Exercise 7: attention kernels"),
+        ("attention.py", "Exercise 8: launching the attention kernels"),
+        ("clip.cu", "Exercise 10: clipping kernels"),
+        ("clip.py", "Exercise 11: launching the clipping kernels"))},
 }
 
 

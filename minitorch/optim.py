@@ -13,7 +13,7 @@ from minitorch import backend, ops
 from minitorch.ops.dispatch import launch
 from minitorch.tensor import Tensor
 
-__all__ = ["SGD", "Adam", "AdamW"]
+__all__ = ["SGD", "Adam", "AdamW", "clip_grad_norm_"]
 
 
 class SGD:
@@ -229,3 +229,18 @@ def _adam_numpy(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, lr: 
     v += v.dtype.type(1 - beta2) * g * g
     p -= p.dtype.type(lr) * (m / p.dtype.type(1 - beta1**t)) / (np.sqrt(v / p.dtype.type(1 - beta2**t))
                                                               + p.dtype.type(eps))
+
+
+def clip_grad_norm_(params: Iterable[Tensor], max_norm: float) -> Tensor:
+    """Scale the gradients of ``params`` in place so that their global 2-norm (all of them as one vector) is
+    at most ``max_norm``: each by min(1, max_norm / (norm + 1e-6)), as ``torch.nn.utils.clip_grad_norm_``.
+    Returns the norm before clipping, a 0-d tensor left on the device (read it with ``.item()``).
+
+    On cuda/emu the norm and the coefficient never leave the device (the learner's ``clip.cu``): a training
+    step captured into a graph clips every replay by that replay's own norm. Parameters without a gradient
+    are skipped.
+    """
+    grads = [p.grad for p in params if isinstance(p, Tensor) and p.grad is not None]
+    if not grads:
+        raise ValueError("clip_grad_norm_: no parameter has a gradient (call backward() first)")
+    return ops.clip_by_global_norm_(grads, max_norm)

@@ -10,7 +10,9 @@ learner's ``backprop.py``. The operators ``+ - * @``, ``.T``, ``.relu()``, ``.si
 ``.mean()`` are :class:`minitorch.autograd.Function` s over the primitives of :mod:`minitorch.ops`.
 
 Tensors hold float32 on every device; the ``cpu`` device also holds float64 (``dtype="float64"``), the
-precision in which gradients are checked by finite differences.
+precision in which gradients are checked by finite differences. From Phase 7 on a tensor may also hold
+int32 ids (``dtype="int32"``: the tokens an embedding looks up, the classes of a cross-entropy): such a
+tensor takes part in no arithmetic and never requires grad.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 
 DTYPE = np.dtype(np.float32)
 FLOAT64 = np.dtype(np.float64)
+INDEX = np.dtype(np.int32)  # ids (tokens, classes): gathered by kernels, never computed with
 
 ShapeLike = int | Sequence[int]
 DTypeLike = Any  # numpy.float32, "float64", numpy.dtype(...)
@@ -52,13 +55,15 @@ def _check_device(device: str | None) -> str:
 
 
 def check_dtype(dtype: DTypeLike, device: str) -> np.dtype:
-    """float32 anywhere; float64 on the cpu device only (kernels are float32)."""
+    """float32 anywhere; float64 on the cpu device only (kernels are float32); int32 ids anywhere."""
     if dtype is None:
         return DTYPE
     try:
         dt = np.dtype(dtype)
     except TypeError:
         raise TypeError(f"unknown dtype {dtype!r}: expected float32 or float64") from None
+    if dt == INDEX:
+        return dt
     if dt not in (DTYPE, FLOAT64):
         raise TypeError(f"minitorch tensors hold float32 (or float64 on the cpu device), got dtype {dt}")
     if dt == FLOAT64 and device != "cpu":
@@ -141,6 +146,9 @@ class Tensor:
 
     @requires_grad.setter
     def requires_grad(self, value: bool) -> None:
+        if value and self.dtype == INDEX:
+            raise TypeError("an int32 tensor holds ids (tokens, classes): it has no gradient; "
+                            "requires_grad is for float tensors")
         if self.grad_fn is not None:
             raise RuntimeError("requires_grad can only be changed on a leaf tensor (one no recorded operation "
                                "made); use .detach() to get a leaf with the same values")
@@ -227,6 +235,9 @@ class Tensor:
         """Set every element to ``value``, in place (the learner's ``fill`` kernel)."""
         if not isinstance(value, numbers.Real):
             raise TypeError(f"fill_ takes a real number, got {type(value).__name__}")
+        if self.dtype == INDEX:
+            raise TypeError("fill_ writes float32 values (the learner's fill kernel); this tensor holds int32 ids: "
+                            "make ids on the host and copy them in (minitorch.tensor(ids, dtype='int32'), copy_from)")
         if self._device == "cpu":
             self._data.fill(value)
         elif self.size:
@@ -350,20 +361,35 @@ class Tensor:
 
 # --- creation ----------------------------------------------------------------------------------
 
+def _as_ids(array: np.ndarray) -> np.ndarray:
+    """Integer ids as int32, refusing what would change a value (fractions, out of int32's range)."""
+    if array.dtype.kind in "iu" or array.dtype == np.bool_:
+        info = np.iinfo(INDEX)
+        if array.size and (array.min() < info.min or array.max() > info.max):
+            raise ValueError(f"ids must fit in int32, got values from {array.min()} to {array.max()}")
+        return array
+    if array.dtype.kind == "f" and np.all(np.isfinite(array)) and np.all(array == np.round(array)):
+        return _as_ids(array.astype(np.int64))
+    raise TypeError(f"int32 ids are made from integers, got a {array.dtype} array")
+
+
 def from_numpy(array: np.ndarray, device: str | None = None, *, dtype: DTypeLike = None,
                requires_grad: bool = False) -> Tensor:
     """Copy a float32 NumPy array to ``device`` (default: the active device).
 
-    ``dtype`` converts explicitly (float64 on the cpu device only); without it the array must be float32.
+    ``dtype`` converts explicitly (float64 on the cpu device only; ``"int32"`` for ids, whose values must
+    fit); without it the array must be float32, or int32 (ids).
     """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy takes a numpy.ndarray, got {type(array).__name__}")
     device = _check_device(device)
     if dtype is not None:
         dt = check_dtype(dtype, device)
+        if dt == INDEX and array.dtype != INDEX:
+            array = _as_ids(array)
         array = array.astype(dt)
     else:
-        dt = DTYPE
+        dt = INDEX if array.dtype == INDEX else DTYPE
     data = backend.get_backend(device).asarray(_check_host_array(array, dt))
     return Tensor(data, device, requires_grad=requires_grad)
 

@@ -237,6 +237,157 @@ PHASE3_KERNELS = {("forward.cu", k) for k in ("add_bias", "sigmoid")} | {
     ("backward.cu", k) for k in ("sigmoid_backward", "relu_backward", "bias_grad", "mse_loss", "mse_backward")} | {
     ("sgd.cu", "sgd_momentum")}
 
+def _phase7(function: str):
+    """A Phase 7 kernel on a small grid, on inputs whose every result is exact in float32 whatever the order of
+    the additions or atomics and whether multiply-adds are fused: small integers and dyadic fractions, GELU at 0
+    and where tanhf saturates, rows whose variance plus eps is 4, softmax rows of equal visible scores (the
+    others -1e4: expf gives exactly 0), a clip total that is a perfect square (sqrtf and / are correctly rounded
+    on both devices)."""
+    def dev(x: np.ndarray, dtype=np.float32):
+        return backend.asarray(np.ascontiguousarray(x, dtype=dtype))
+
+    def poisoned(shape):
+        return backend.asarray(np.full(shape, np.nan, np.float32))
+
+    def launch(file: str, grid, block, *args, shared_mem: int = 0) -> None:
+        kernels.load_kernel(file, function)(grid, block, args, shared_mem=shared_mem)
+
+    def ln_rows(n: int, rng: np.random.Generator):
+        """Rows of 2 to 16 columns: an integer mean plus or minus 1 (variance 1), eps 3: rstd is 1/2."""
+        cols, rows = 2 << (n % 4), max(1, n % 45)
+        signs = np.where(rng.integers(0, 2, (rows, cols // 2)) > 0, 1.0, -1.0)
+        dev_ = np.concatenate([signs, -signs], axis=1)  # every row sums its deviations to 0
+        x = (rng.integers(-8, 9, (rows, 1)) + dev_).astype(np.float32)
+        return x, rows, cols
+
+    def case(n: int, rng: np.random.Generator):
+        ints = lambda shape: rng.integers(-8, 9, shape).astype(np.float32)  # noqa: E731
+        if function in ("gelu_forward", "gelu_backward"):
+            x = rng.choice(np.array([0.0, 20.0, -20.0, 100.0, -100.0], np.float32), n)
+            out = poisoned(n)
+            if function == "gelu_forward":
+                launch("gelu.cu", (3,), (128,), dev(x), out, np.int64(n))
+                return backend.asnumpy(out), np.where(x > 0, x, 0.0)
+            g = ints(n)
+            launch("gelu.cu", (3,), (128,), dev(x), dev(g), out, np.int64(n))
+            return backend.asnumpy(out), np.where(x > 0, g, np.where(x < 0, 0.0, 0.5 * g))
+        if function == "layernorm_forward":
+            x, rows, cols = ln_rows(n, rng)
+            w, b = ints(cols), ints(cols)
+            out, mean, rstd = poisoned((rows, cols)), poisoned(rows), poisoned(rows)
+            launch("layernorm.cu", (2,), (64,), dev(x), dev(w), dev(b), out, mean, rstd, np.int32(rows),
+                   np.int32(cols), np.float32(3.0))
+            m = x.astype(np.float64).mean(axis=1)
+            expected = (x - m[:, None]) * 0.5 * w + b
+            return (np.concatenate([backend.asnumpy(out).ravel(), backend.asnumpy(mean), backend.asnumpy(rstd)]),
+                    np.concatenate([expected.ravel(), m, np.full(rows, 0.5)]))
+        if function == "layernorm_backward":
+            x, rows, cols = ln_rows(n, rng)
+            w, g = ints(cols), ints((rows, cols))
+            m = x.astype(np.float64).mean(axis=1)
+            grid, threads = 2, 64
+            dx, wp, bp = poisoned((rows, cols)), poisoned((grid, cols)), poisoned((grid, cols))
+            launch("layernorm.cu", (grid,), (threads,), dev(g), dev(x), dev(w), dev(m), dev(np.full(rows, 0.5)), dx,
+                   wp, bp, np.int32(rows), np.int32(cols), shared_mem=2 * cols * 4)
+            xhat = (x - m[:, None]) * 0.5
+            gw = g.astype(np.float64) * w
+            expected_dx = 0.5 * (gw - gw.mean(axis=1, keepdims=True)
+                                 - xhat * (gw * xhat).mean(axis=1, keepdims=True))
+            block = (np.arange(rows) % (grid * threads // 32)) // (threads // 32)  # the block whose warp has row r
+            exp_wp = np.array([(g * xhat)[block == k].sum(axis=0) for k in range(grid)])
+            exp_bp = np.array([g[block == k].astype(np.float64).sum(axis=0) for k in range(grid)])
+            return (np.concatenate([backend.asnumpy(a).ravel() for a in (dx, wp, bp)]),
+                    np.concatenate([a.ravel() for a in (expected_dx, exp_wp, exp_bp)]))
+        if function == "layernorm_param_grads":
+            parts, cols = n % 9 + 1, n % 70 + 1
+            wp, bp = ints((parts, cols)), ints((parts, cols))
+            gw, gb = poisoned(cols), poisoned(cols)
+            launch("layernorm.cu", (1,), (32, 4), dev(wp), dev(bp), gw, gb, np.int32(parts), np.int32(cols))
+            return (np.concatenate([backend.asnumpy(gw), backend.asnumpy(gb)]),
+                    np.concatenate([wp.astype(np.float64).sum(axis=0), bp.astype(np.float64).sum(axis=0)]))
+        if function in ("embedding_forward", "embedding_backward"):
+            vocab, dim, count = n % 13 + 1, n % 7 + 1, max(1, n // 10)
+            ids = rng.integers(0, vocab, count)
+            if function == "embedding_forward":
+                table, out = rng.standard_normal((vocab, dim)).astype(np.float32), poisoned((count, dim))
+                launch("embedding.cu", (3,), (128,), dev(ids, np.int32), dev(table), out, np.int64(count),
+                       np.int32(dim), np.int32(vocab))
+                return backend.asnumpy(out), table[ids].astype(np.float64)
+            g, grad = ints((count, dim)), backend.zeros((vocab, dim))
+            launch("embedding.cu", (3,), (128,), dev(ids, np.int32), dev(g), grad, np.int64(count), np.int32(dim),
+                   np.int32(vocab))
+            expected = np.zeros((vocab, dim))
+            np.add.at(expected, ids, g)
+            return backend.asnumpy(grad), expected
+        if function == "bmm":
+            batch, m, k, cols = n % 3 + 1, max(1, n % 61), n % 97 + 1, max(1, n % 45)
+            ta, tb = bool(n % 2), bool(n % 3 == 0)
+            a, b = ints((batch, k, m) if ta else (batch, m, k)), ints((batch, cols, k) if tb else (batch, k, cols))
+            out = poisoned((batch, m, cols))
+            launch("attention.cu", ((cols + 31) // 32, (m + 31) // 32, batch), (32, 8), dev(a), dev(b), out,
+                   np.int32(m), np.int32(cols), np.int32(k), np.int64(m * k), np.int64(k * cols),
+                   np.int64(m * cols), np.int32(ta), np.int32(tb))
+            a64 = np.swapaxes(a, 1, 2).astype(np.float64) if ta else a.astype(np.float64)
+            b64 = np.swapaxes(b, 1, 2).astype(np.float64) if tb else b.astype(np.float64)
+            return backend.asnumpy(out), a64 @ b64
+        if function == "softmax_forward":
+            t, heads = n % 33 + 1, n % 3 + 1
+            s = np.where(rng.integers(0, 2, (heads, t, t)) > 0, 0.0, -1e4).astype(np.float32)
+            s[:, np.arange(t), np.arange(t)] = 0.0  # every query sees itself at the maximum
+            p = poisoned((heads, t, t))
+            launch("attention.cu", (2,), (64,), dev(s), p, np.int64(heads * t), np.int32(t), np.float32(0.25),
+                   np.int32(1))
+            visible = np.tril(np.ones((t, t), bool)) & (s == 0)
+            count = visible.sum(axis=-1, keepdims=True).astype(np.float32)
+            return backend.asnumpy(p), np.where(visible, np.float32(1) / count, 0).astype(np.float64)
+        if function == "softmax_backward":
+            t, heads = n % 33 + 1, n % 3 + 1
+            p = np.tril(rng.choice(np.array([0.0, 0.25, 0.5], np.float32), (heads, t, t)))
+            dp, ds = ints((heads, t, t)), poisoned((heads, t, t))
+            launch("attention.cu", (2,), (64,), dev(p), dev(dp), ds, np.int64(heads * t), np.int32(t),
+                   np.float32(0.5), np.int32(1))
+            dot = (p.astype(np.float64) * dp).sum(axis=-1, keepdims=True)
+            return backend.asnumpy(ds), np.tril(0.5 * p * (dp - dot))
+        if function in ("split_heads", "merge_heads"):
+            b, t, h, d = n % 3 + 1, n % 11 + 1, n % 4 + 1, n % 5 + 1
+            c, part = h * d, n % 3
+            x = rng.standard_normal((b, t, 3 * c)).astype(np.float32)
+            heads = np.ascontiguousarray(x[:, :, part * c:(part + 1) * c].reshape(b, t, h, d).transpose(0, 2, 1, 3))
+            args = (np.int32(b), np.int32(t), np.int32(h), np.int32(d), np.int32(3 * c), np.int32(part * c))
+            if function == "split_heads":
+                out = poisoned((b, h, t, d))
+                launch("attention.cu", (3,), (64,), dev(x), out, *args)
+                return backend.asnumpy(out), heads.astype(np.float64)
+            out = dev(np.zeros_like(x))
+            launch("attention.cu", (3,), (64,), dev(heads), out, *args)
+            expected = np.zeros_like(x, dtype=np.float64)
+            expected[:, :, part * c:(part + 1) * c] = x[:, :, part * c:(part + 1) * c]
+            return backend.asnumpy(out), expected
+        if function == "sum_squares":
+            x, total = ints(n), backend.zeros(1)
+            launch("clip.cu", (3,), (128,), dev(x), total, np.int64(n))
+            return backend.asnumpy(total), np.array([(x.astype(np.float64) ** 2).sum()])
+        if function == "clip_coefficient":
+            k = np.float32(n % 1000 + 16)
+            norm, coef = poisoned(1), poisoned(1)
+            launch("clip.cu", (1,), (1,), dev(np.array([k * k])), norm, coef, np.float32(100.0))
+            expected = min(np.float32(1), np.float32(100.0) / (k + np.float32(1e-6)))
+            return np.concatenate([backend.asnumpy(norm), backend.asnumpy(coef)]), np.array([k, expected], np.float64)
+        if function == "scale_by":
+            x = ints(n)
+            xd = dev(x)
+            launch("clip.cu", (3,), (128,), xd, dev(np.array([0.25])), np.int64(n))
+            return backend.asnumpy(xd), x * 0.25
+        raise AssertionError(function)
+    return case
+
+
+PHASE7_KERNELS = {("gelu.cu", k) for k in ("gelu_forward", "gelu_backward")} | {
+    ("layernorm.cu", k) for k in ("layernorm_forward", "layernorm_backward", "layernorm_param_grads")} | {
+    ("embedding.cu", k) for k in ("embedding_forward", "embedding_backward")} | {
+    ("attention.cu", k) for k in ("bmm", "softmax_forward", "softmax_backward", "split_heads", "merge_heads")} | {
+    ("clip.cu", k) for k in ("sum_squares", "clip_coefficient", "scale_by")}
+
 CASES: dict[tuple[str, str], Callable] = {
     ("memory.cu", "fill"): _fill,
     ("memory.cu", "copy"): _copy,
@@ -248,6 +399,7 @@ CASES: dict[tuple[str, str], Callable] = {
     ("reduce.cu", "column_mean_var"): _column_mean_var,
     **{key: _phase3(key[1]) for key in PHASE3_KERNELS},
     **{("gemm.cu", kernel): _gemm(variant) for kernel, variant in GEMM_RUNGS.items()},
+    **{key: _phase7(key[1]) for key in PHASE7_KERNELS},
 }
 CASES.update(PHASE6_CASES)  # tests/parity_phase6.py
 
@@ -304,7 +456,8 @@ CASES.update({("init.cu", f): _philox(f) for f in ("philox_uniform", "philox_nor
 @pytest.fixture
 def solution_workspace(workspace):
     for notebook in ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase3a_forward.ipynb",
-                     "phase3b_backward.ipynb", "phase4_reductions.ipynb", *PHASE6_NOTEBOOKS):
+                     "phase3b_backward.ipynb", "phase4_reductions.ipynb", *PHASE6_NOTEBOOKS,
+                     "phase7_gpt.ipynb"):
         for name, text in solution_files(notebook).items():
             kernels.write_source(name, text)
     return workspace

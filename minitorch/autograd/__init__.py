@@ -13,8 +13,10 @@ accumulates the gradients of the leaves.
 Recording stops inside ``with minitorch.no_grad():`` (an optimizer step, evaluation, backward itself).
 """
 
+from minitorch.autograd.attention import AttentionSoftmax, BatchedMatMul, CausalSelfAttention, MergeHeads, SplitHeads
 from minitorch.autograd.conv import Conv2d
 from minitorch.autograd.elementwise import Add, AddBias, Mul, ReLU, ScalarMul, Sigmoid, Sub, add
+from minitorch.autograd.embedding import Embedding
 from minitorch.autograd.function import (
     Context,
     Function,
@@ -24,6 +26,8 @@ from minitorch.autograd.function import (
     mark_host_value,
     no_grad,
 )
+from minitorch.autograd.gelu import GELU
+from minitorch.autograd.layernorm import LayerNorm
 from minitorch.autograd.linalg import MatMul, Transpose
 from minitorch.autograd.loss import MSELoss
 from minitorch.autograd.pooling import MaxPool2d
@@ -37,4 +41,7 @@ __all__ = [
     "no_grad",
     # Phase 6
     "Conv2d", "CrossEntropy", "LogSoftmax", "MaxPool2d", "Softmax",
+    # Phase 7
+    "AttentionSoftmax", "BatchedMatMul", "CausalSelfAttention", "Embedding", "GELU", "LayerNorm", "MergeHeads",
+    "SplitHeads",
 ]

@@ -18,8 +18,9 @@ class Linear(Module):
     """y = x @ W + b, with W of shape (in_features, out_features) and b of shape (out_features,).
 
     The weight is stored (in, out), the transpose of PyTorch's (out, in), so the forward is one matmul
-    of the (batch, in) input with no transpose. Initial values are uniform in ±1/sqrt(in_features), as
-    in PyTorch, drawn on the host from ``seed``.
+    of the (batch, in) input with no transpose. An input (..., in) of more dimensions, such as a
+    transformer's (B, T, C), is viewed as (B*T, in) rows: one matmul, no copy. Initial values are uniform
+    in ±1/sqrt(in_features), as in PyTorch, drawn on the host from ``seed``.
     """
 
     def __init__(self, in_features: int, out_features: int, *, bias: bool = True, device: str | None = None,
@@ -42,11 +43,17 @@ class Linear(Module):
     def forward(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor):
             raise TypeError(f"Linear expects a minitorch Tensor, got {type(x).__name__}")
-        if x.ndim != 2 or x.shape[1] != self.in_features:
+        if x.ndim < 2 or x.shape[-1] != self.in_features:
             raise ValueError(f"Linear({self.in_features}, {self.out_features}) expects an input of shape "
-                             f"(batch, {self.in_features}), got {x.shape}")
+                             f"(batch, {self.in_features}), got {x.shape} (or (..., {self.in_features}): the "
+                             f"leading dimensions are rows)")
+        lead = x.shape[:-1]
+        if x.ndim > 2:  # (B, T, in): one matmul over the B*T rows of a view, no copy
+            x = x.reshape(-1, self.in_features)
         y = x @ self.weight
-        return y + self.bias if self.bias is not None else y
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*lead, self.out_features) if len(lead) > 1 else y
 
     def set_weights(self, weight: Any, bias: Any = None) -> None:
         """Set the weight (in_features, out_features) and the bias (out_features,) from host values."""

@@ -1,4 +1,5 @@
-"""``Module`` (parameters, state dicts, save/load) and the containers that hold modules (``Sequential``).
+"""``Module`` (parameters, state dicts, save/load) and the containers that hold modules (``Sequential``,
+``ModuleList``).
 
 A module's parameters are the tensors with ``requires_grad=True`` among its attributes, and those of
 its sub-modules (attributes that are modules, or lists, tuples and dicts of them), found in the order
@@ -8,7 +9,7 @@ they were assigned.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ import numpy as np
 from minitorch import backend
 from minitorch.tensor import Tensor, _check_device, check_dtype
 
-__all__ = ["Module", "Sequential"]
+__all__ = ["Module", "ModuleList", "Sequential"]
 
 
 class Module:
@@ -165,3 +166,37 @@ class Sequential(Module):
             raise TypeError(f"Sequential.append: expected a minitorch nn.Module, got {type(module).__name__}")
         self._modules[str(len(self._modules))] = module
         return self
+
+
+class ModuleList(Module):
+    """A list of modules whose parameters belong to the module that holds it (named ``0.``, ``1.``, ...
+    as in PyTorch): ``self.blocks = ModuleList(Block() for _ in range(n))``, then
+    ``for block in self.blocks: x = block(x)``. It has no forward of its own."""
+
+    def __init__(self, modules: Iterable[Module] = ()) -> None:
+        self._modules: list[Module] = []
+        for m in modules:
+            self.append(m)
+
+    def _children(self) -> Iterator[tuple[str, Any]]:
+        for i, m in enumerate(self._modules):
+            yield str(i), m
+
+    def append(self, module: Module) -> ModuleList:
+        if not isinstance(module, Module):
+            raise TypeError(f"ModuleList: expected a minitorch nn.Module, got {type(module).__name__}")
+        self._modules.append(module)
+        return self
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self) -> Iterator[Module]:
+        return iter(list(self._modules))
+
+    def __getitem__(self, index: int) -> Module:
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
+            raise TypeError(f"ModuleList indices must be integers, got {type(index).__name__}")
+        if not -len(self._modules) <= index < len(self._modules):
+            raise IndexError(f"ModuleList index {index} out of range for {len(self._modules)} modules")
+        return self._modules[index]

@@ -10,9 +10,22 @@ Inputs are checked here, before any launch: a shape, dtype or device mismatch ra
 ``TypeError`` naming what was expected and what came. An empty output launches nothing.
 """
 
+from minitorch.ops.attention import (
+    attention,
+    attention_backward,
+    attention_softmax,
+    attention_softmax_backward,
+    bmm,
+    merge_heads,
+    split_heads,
+)
+from minitorch.ops.clip import clip_by_global_norm_
 from minitorch.ops.conv import conv2d, conv2d_backward_input, conv2d_backward_weight, conv2d_bias_grad
 from minitorch.ops.dispatch import on_device
 from minitorch.ops.elementwise import add, add_bias, mul, relu, relu_backward, scalar_mul, sigmoid, sigmoid_backward
+from minitorch.ops.embedding import embedding, embedding_backward
+from minitorch.ops.gelu import gelu, gelu_backward
+from minitorch.ops.layernorm import layer_norm, layer_norm_backward
 from minitorch.ops.linalg import matmul, transpose
 from minitorch.ops.loss import mse_backward, mse_loss
 from minitorch.ops.optim import sgd_momentum_
@@ -37,4 +50,8 @@ __all__ = [
     "class_indices", "cross_entropy", "cross_entropy_backward", "log_softmax", "log_softmax_backward", "softmax",
     "softmax_backward", "conv2d", "conv2d_backward_input", "conv2d_backward_weight", "conv2d_bias_grad", "max_pool2d",
     "max_pool2d_backward",
+    # Phase 7
+    "attention", "attention_backward", "bmm", "clip_by_global_norm_", "embedding", "embedding_backward", "gelu",
+    "gelu_backward", "layer_norm", "layer_norm_backward", "merge_heads", "attention_softmax", "attention_softmax_backward",
+    "split_heads",
 ]

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from minitorch import backend, kernels, plans
-from minitorch.tensor import DTYPE, Tensor
+from minitorch.tensor import DTYPE, INDEX, Tensor
 
 
 @contextlib.contextmanager
@@ -37,6 +37,8 @@ def check_tensors(op: str, **named: Any) -> tuple[str, np.dtype]:
     for name, t in named.items():
         if not isinstance(t, Tensor):
             raise TypeError(f"{op}: `{name}` must be a minitorch Tensor, got {type(t).__name__}")
+        if t.dtype == INDEX:
+            raise TypeError(f"{op}: `{name}` holds int32 ids; {op} computes on float tensors")
         if device is None:
             device, dtype, first = t.device, t.dtype, name
         elif t.device != device:

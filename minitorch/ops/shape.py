@@ -11,8 +11,9 @@ from minitorch.tensor import DTYPE, Tensor
 
 
 def reshape(x: Tensor, shape: tuple[int, ...]) -> Tensor:
-    """A view of x with another shape and the same number of elements."""
-    check_tensors("reshape", x=x)
+    """A view of x with another shape and the same number of elements (ids too: no arithmetic)."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"reshape: `x` must be a minitorch Tensor, got {type(x).__name__}")
     dims = tuple(int(d) for d in shape)
     known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
     if dims.count(-1) == 1 and known and x.size % known == 0:

@@ -1,0 +1,383 @@
+"""Phase 7 benchmark: the Tiny Shakespeare GPT against PyTorch eager, and the transformer kernels one by one.
+
+Runs on the reference solution files of Phases 1-7 (a temporary workspace) and writes
+``benchmarks/results/phase7_gpt-<device>.json`` with rows of these kinds:
+
+- ``bandwidth``: LayerNorm forward and backward (16384 x 768, GPT-2's width) and the masked softmax (64 x 1024 x
+  1024 scores, full and causal), bytes moved per second against ``cupy.copyto`` of as many bytes (read + written);
+- ``attention``: the materialised causal attention (``ops.attention``: split, Q Kᵀ, softmax, P V, merge) against
+  ``torch.nn.functional.scaled_dot_product_attention`` (float32, causal), forward, for the model's shapes and for a
+  long sequence;
+- ``step``: one training step of the seed's GPT (2 layers, 4 heads, d_model 64, context 64, batch 64): minitorch
+  replaying the captured step, minitorch launching it from Python, PyTorch eager; same initial weights, same batch;
+- ``curve``: training and validation loss of minitorch (captured steps) and of PyTorch, trained from the same
+  initial weights on the same batches for the lab's 1,000 steps (validation: the grader's 256 windows);
+- ``sample``: 200 characters written by the minitorch model after 0, 250, 500 and 1,000 steps (seed 0);
+- ``attention_map``: the probabilities of every head of the trained model on one line of text;
+- ``summary``: final losses, training times, the step-time ratio.
+
+On a GPU: ``python benchmarks/phase7_gpt.py`` (about two minutes on an H100). ``--small`` runs every line on the
+emulator with a reduced model, a few steps and tiny kernels (PyTorch on the cpu), and writes its JSON into a
+temporary directory: a check of the script, whose numbers say nothing about a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from common import ROOT, emulator_name, gpu_name, software, solution_sources, time_gpu, write_results
+
+LABS = ("phase1_memory", "phase2_kernels", "phase3a_forward", "phase3b_backward", "phase4_reductions",
+        "phase5_fast", "phase6_cnn", "phase7_gpt")
+# The lab's recipe (solutions/phase7_gpt.ipynb, "The deliverable"): full on a GPU, reduced for --small.
+FULL = dict(model=dict(d_model=64, n_head=4, n_layer=2, block_size=64),
+            train=dict(steps=1000, batch_size=64, lr=3e-3, eval_every=50), sample_at=(0, 250, 500, 1000))
+SMALL = dict(model=dict(d_model=32, n_head=2, n_layer=1, block_size=16),
+             train=dict(steps=20, batch_size=16, lr=1e-2, eval_every=10), sample_at=(0, 20))
+WEIGHT_DECAY, CLIP, SEED, EVAL_WINDOWS, SAMPLE_CHARS = 0.01, 1.0, 0, 256, 200
+LINE = "ROMEO:\nBut, soft! what light through yonder window breaks?\nIt is the east"
+
+
+def timer(device: str):
+    """Seconds of fn(): the grader's CUDA-event timing on a GPU (host time included when asked), else wall time."""
+    if device == "cuda":
+        return lambda fn, host=True: time_gpu(fn, flush=False, hide_host_overhead=not host)
+
+    def wall(fn, host=True):
+        fn()
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            fn()
+            from minitorch import backend
+
+            backend.synchronize()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    return wall
+
+
+# ---------------------------------------------------------------- kernels
+
+
+def bandwidth_rows(device: str, small: bool) -> list[dict]:
+    from minitorch import backend, kernels
+
+    xp = __import__("cupy") if device == "cuda" else None
+    time_of = timer(device)
+    lm, am = kernels.load_module("layernorm.py"), kernels.load_module("attention.py")
+    rows, cols = (64, 40) if small else (16384, 768)
+    bh, t = (2, 24) if small else (64, 1024)
+    rng = np.random.default_rng(0)
+
+    def arr(*shape):
+        return backend.asarray(rng.standard_normal(shape).astype(np.float32))
+
+    def copy_seconds(n_floats: int) -> float:
+        src, dst = backend.empty(n_floats), backend.empty(n_floats)
+        if xp is not None:
+            return time_of(lambda: xp.copyto(dst, src), False)
+        return time_of(lambda: kernels.load_module("memory.py").copy(src, dst), False)
+
+    x, g, w, b = arr(rows, cols), arr(rows, cols), arr(cols), arr(cols)
+    out, mean, rstd = backend.empty((rows, cols)), backend.empty(rows), backend.empty(rows)
+    dx, dw, db = backend.empty((rows, cols)), backend.empty(cols), backend.empty(cols)
+    lm.layernorm_forward(x, w, b, out, mean, rstd)
+    s, p = arr(bh, t, t), backend.empty((bh, t, t))
+    n = bh * t * t
+    cases = [("layernorm_forward", f"{rows} x {cols}", lambda: lm.layernorm_forward(x, w, b, out, mean, rstd),
+              8 * rows * cols, rows * cols),
+             ("layernorm_backward", f"{rows} x {cols}",
+              lambda: lm.layernorm_backward(g, x, w, mean, rstd, dx, dw, db), 12 * rows * cols, rows * cols * 3 // 2),
+             ("softmax_forward", f"{bh} x {t} x {t}", lambda: am.softmax_forward(s, p, 0.125, False), 8 * n, n),
+             ("softmax_forward_causal", f"{bh} x {t} x {t}", lambda: am.softmax_forward(s, p, 0.125, True),
+              4 * (n + bh * t * (t + 1) // 2), n)]
+    out_rows = []
+    for name, shape, fn, nbytes, copy_floats in cases:
+        seconds, reference = time_of(fn, False), copy_seconds(copy_floats)
+        gbps, copy_gbps = nbytes / seconds / 1e9, 8 * copy_floats / reference / 1e9
+        out_rows.append({"kind": "bandwidth", "kernel": name, "shape": shape, "gbps": gbps, "copy_gbps": copy_gbps,
+                         "ratio": gbps / copy_gbps, "seconds": seconds})
+        print(f"{name:>24} {shape:>16}: {gbps:8.1f} GB/s = {gbps / copy_gbps:.2f} x copy", flush=True)
+    return out_rows
+
+
+def attention_rows(device: str, small: bool) -> list[dict]:
+    import torch
+
+    import minitorch
+    from minitorch import ops
+
+    time_of = timer(device)
+    tdev = "cuda" if device == "cuda" else "cpu"
+    shapes = [("model", 4, 2, 16, 16), ("long", 1, 2, 48, 16)] if small else [
+        ("model", 64, 4, 64, 16), ("long", 4, 8, 1024, 64), ("longer", 2, 8, 2048, 64)]
+    rows = []
+    for label, b, h, t, d in shapes:
+        rng = np.random.default_rng(1)
+        qkv_host = rng.standard_normal((b, t, 3 * h * d)).astype(np.float32)
+        qkv = minitorch.tensor(qkv_host)
+        q, k, v = (torch.from_numpy(np.ascontiguousarray(
+            qkv_host[..., i * h * d:(i + 1) * h * d].reshape(b, t, h, d).transpose(0, 2, 1, 3))).to(tdev)
+            for i in range(3))
+        ours = ops.attention(qkv, h)[0].numpy()
+        theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        theirs = theirs.transpose(1, 2).reshape(b, t, h * d).cpu().numpy()
+        error = float(np.abs(ours - theirs).max())
+        seconds = time_of(lambda qkv=qkv, h=h: ops.attention(qkv, h), False)
+        sdpa = time_of(lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+                       False)
+        flops = 4 * b * h * t * t * d
+        rows.append({"kind": "attention", "label": label, "B": b, "H": h, "T": t, "D": d, "seconds": seconds,
+                     "sdpa_seconds": sdpa, "gflops": flops / seconds / 1e9, "sdpa_gflops": flops / sdpa / 1e9,
+                     "time_ratio": seconds / sdpa, "max_abs_difference": error})
+        print(f"attention {label} B={b} H={h} T={t} D={d}: {seconds * 1e3:.3f} ms, SDPA {sdpa * 1e3:.3f} ms "
+              f"({seconds / sdpa:.1f}x as long); largest difference {error:.1e}", flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------- the GPT
+
+
+def torch_gpt(config: dict, vocab: int, device: str):
+    """The same GPT in PyTorch (its own modules, fused attention), parameters named as minitorch's."""
+    import torch
+    import torch.nn.functional as TF  # noqa: N812
+
+    class Attention(torch.nn.Module):
+        def __init__(self, c: int, h: int) -> None:
+            super().__init__()
+            self.h, self.c_attn, self.c_proj = h, torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c)
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in self.c_attn(x).split(c, dim=2))
+            y = TF.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).reshape(b, t, c))
+
+    class Block(torch.nn.Module):
+        def __init__(self, c: int, h: int) -> None:
+            super().__init__()
+            self.ln1, self.attn, self.ln2 = torch.nn.LayerNorm(c), Attention(c, h), torch.nn.LayerNorm(c)
+            self.fc, self.proj = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
+
+        def forward(self, x):
+            x = x + self.attn(self.ln1(x))
+            return x + self.proj(TF.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+    class GPT(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            c = config["d_model"]
+            self.wte, self.wpe = torch.nn.Embedding(vocab, c), torch.nn.Embedding(config["block_size"], c)
+            self.blocks = torch.nn.ModuleList(Block(c, config["n_head"]) for _ in range(config["n_layer"]))
+            self.ln_f, self.lm_head = torch.nn.LayerNorm(c), torch.nn.Linear(c, vocab)
+
+        def forward(self, idx):
+            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+            for block in self.blocks:
+                x = block(x)
+            return self.lm_head(self.ln_f(x))
+
+    return GPT().to(device)
+
+
+def load_weights(net, model) -> None:
+    """Copy the minitorch model's parameters into the PyTorch one (a Linear weight is stored transposed there)."""
+    import torch
+
+    state = {}
+    for name, p in model.named_parameters():
+        value = p.numpy()
+        linear = value.ndim == 2 and not name.startswith(("wte.", "wpe."))
+        state[name] = torch.from_numpy(np.ascontiguousarray(value.T if linear else value))
+    net.load_state_dict(state, strict=True)  # every name and shape must match
+
+
+def baselines(train_ids: np.ndarray, val_ids: np.ndarray, vocab: int) -> dict:
+    """The validation loss (nats a character) of character frequencies alone and of the previous character (counts
+    of the training text, each plus one), as the lab computes them."""
+    counts = np.bincount(train_ids, minlength=vocab) + 1.0
+    pairs = np.ones((vocab, vocab))
+    np.add.at(pairs, (train_ids[:-1], train_ids[1:]), 1)
+    pairs /= pairs.sum(axis=1, keepdims=True)
+    return {"kind": "baseline", "unigram": float(-np.log(counts[val_ids] / counts.sum()).mean()),
+            "bigram": float(-np.log(pairs[val_ids[:-1], val_ids[1:]]).mean())}
+
+
+def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
+    import torch
+    import torch.nn.functional as TF  # noqa: N812
+
+    import minitorch
+    from minitorch import backend, data, graph, nn, optim, text
+    from minitorch import functional as F  # noqa: N812
+
+    model_cfg, train_cfg = setup["model"], setup["train"]
+    corpus = data.load_tinyshakespeare()
+    tokenizer = text.CharTokenizer.from_text(corpus)
+    train_ids, val_ids = text.train_val_split(tokenizer.encode(corpus), 0.9)
+    vocab, b, t = tokenizer.vocab_size, train_cfg["batch_size"], model_cfg["block_size"]
+    tdev = "cuda" if device == "cuda" else "cpu"
+    time_of = timer(device)
+
+    model = nn.GPT(vocab, **model_cfg, seed=SEED)
+    net = torch_gpt(model_cfg, vocab, tdev)
+    load_weights(net, model)
+    opt = optim.AdamW(model.parameters(), lr=train_cfg["lr"], weight_decay=WEIGHT_DECAY)
+    topt = torch.optim.AdamW(net.parameters(), lr=train_cfg["lr"], weight_decay=WEIGHT_DECAY)
+    xb, yb = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
+    txb = torch.zeros((b, t), dtype=torch.long, device=tdev)
+    tyb = torch.zeros((b, t), dtype=torch.long, device=tdev)
+
+    def step():
+        loss = F.cross_entropy(model(xb).reshape(b * t, vocab), yb.reshape(b * t))
+        opt.zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        return loss
+
+    def torch_step():
+        loss = TF.cross_entropy(net(txb).view(-1, vocab), tyb.view(-1))
+        topt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)
+        topt.step()
+        return loss
+
+    val_x, val_y = text.evaluation_windows(val_ids, t, EVAL_WINDOWS)
+    val_xt, val_yt = minitorch.tensor(val_x, dtype="int32"), minitorch.tensor(val_y.reshape(-1), dtype="int32")
+    tval_x, tval_y = torch.from_numpy(val_x.astype(np.int64)).to(tdev), torch.from_numpy(val_y.astype(np.int64)).to(tdev)
+
+    def val_loss() -> float:
+        with minitorch.no_grad():
+            return F.cross_entropy(model(val_xt).reshape(-1, vocab), val_yt).item()
+
+    def torch_val_loss() -> float:
+        with torch.no_grad():
+            return TF.cross_entropy(net(tval_x).view(-1, vocab), tval_y.view(-1)).item()
+
+    def sample() -> str:
+        out = model.generate(tokenizer.encode("\n")[None, :], SAMPLE_CHARS, temperature=1.0, seed=SEED)
+        return tokenizer.decode(out.numpy()[0, 1:])
+
+    captured = graph.capture(step)
+    rows: list[dict] = [baselines(train_ids, val_ids, vocab)]
+    windows = text.RandomWindows(train_ids, t, b, seed=SEED)
+
+    def load_batch(x: np.ndarray, y: np.ndarray) -> None:
+        xb.copy_from(x)
+        yb.copy_from(y)
+        txb.copy_(torch.from_numpy(x.astype(np.int64)))
+        tyb.copy_(torch.from_numpy(y.astype(np.int64)))
+
+    # the same run, twice: minitorch replaying its captured step, PyTorch eager, from the same weights and batches
+    start, history = time.perf_counter(), []
+    for i in range(train_cfg["steps"] + 1):
+        if i in setup["sample_at"]:
+            rows.append({"kind": "sample", "step": i, "text": sample()})
+        if i % train_cfg["eval_every"] == 0:
+            history.append((i, captured.output.item() if i else float("nan"), val_loss()))
+        if i == train_cfg["steps"]:
+            break
+        x, y = windows.sample()
+        load_batch(x, y)
+        captured.replay()
+    backend.synchronize()
+    ours_seconds = time.perf_counter() - start
+    rows += [{"kind": "curve", "framework": "minitorch", "step": s, "train_loss": tr, "val_loss": va}
+             for s, tr, va in history]
+    windows = text.RandomWindows(train_ids, t, b, seed=SEED)
+    start, history, last = time.perf_counter(), [], None
+    for i in range(train_cfg["steps"] + 1):
+        if i % train_cfg["eval_every"] == 0:
+            history.append((i, float(last.item()) if last is not None else float("nan"), torch_val_loss()))
+        if i == train_cfg["steps"]:
+            break
+        x, y = windows.sample()
+        load_batch(x, y)
+        last = torch_step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    torch_seconds = time.perf_counter() - start
+    rows += [{"kind": "curve", "framework": "pytorch", "step": s, "train_loss": tr, "val_loss": va}
+             for s, tr, va in history]
+
+    # one step, timed alone (host time included: launching is what the graph saves), on one more batch
+    load_batch(*windows.sample())
+    captured_s, eager_s, torch_s = time_of(captured.replay), time_of(step), time_of(torch_step)
+    rows.append({"kind": "step", "captured_seconds": captured_s, "eager_seconds": eager_s, "pytorch_seconds": torch_s,
+                 "ratio": captured_s / torch_s, "launches": captured.launches})
+    print(f"one step: captured {captured_s * 1e3:.2f} ms ({captured.launches} launches), from Python "
+          f"{eager_s * 1e3:.2f} ms, PyTorch eager {torch_s * 1e3:.2f} ms: {captured_s / torch_s:.2f}x PyTorch",
+          flush=True)
+
+    line = LINE[:t]
+    maps = model.attention_maps(minitorch.tensor(tokenizer.encode(line)[None, :], dtype="int32"))
+    for layer, probs in enumerate(maps):
+        for head in range(model_cfg["n_head"]):
+            rows.append({"kind": "attention_map", "layer": layer, "head": head, "text": line,
+                         "probs": np.round(probs[0, head], 4).tolist()})
+    ours = [r for r in rows if r["kind"] == "curve" and r["framework"] == "minitorch"][-1]
+    theirs = [r for r in rows if r["kind"] == "curve" and r["framework"] == "pytorch"][-1]
+    summary = {"kind": "summary", "steps": train_cfg["steps"], "val_loss": ours["val_loss"],
+               "pytorch_val_loss": theirs["val_loss"], "train_seconds": ours_seconds,
+               "pytorch_train_seconds": torch_seconds, "step_ratio": captured_s / torch_s,
+               "parameters": sum(p.size for p in model.parameters())}
+    rows.append(summary)
+    print(f"{train_cfg['steps']} steps: minitorch val {ours['val_loss']:.3f} in {ours_seconds:.1f} s (evaluation and "
+          f"samples included), PyTorch val {theirs['val_loss']:.3f} in {torch_seconds:.1f} s", flush=True)
+    return rows, {"vocab_size": vocab, **model_cfg, **train_cfg, "weight_decay": WEIGHT_DECAY, "clip": CLIP,
+                  "seed": SEED, "eval_windows": EVAL_WINDOWS, "torch": torch.__version__}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--small", action="store_true",
+                        help="the emulator, a reduced model, a few steps, tiny kernels: a check of this script")
+    parser.add_argument("--workspace", help="a workspace that already holds the Phase 1-7 files")
+    args = parser.parse_args(argv)
+    os.environ["MINITORCH_WORKSPACE"] = str(args.workspace or tempfile.mkdtemp(prefix="minitorch-bench-"))
+    import minitorch
+    from minitorch.kernels import write_source
+
+    device = "emu" if args.small else "cuda"
+    if device == "cuda" and not minitorch.cuda_available():
+        print("no usable GPU: run with --small for a check of the script on the emulator", file=sys.stderr)
+        return 1
+    minitorch.set_device(device)
+    if not args.workspace:
+        for lab in LABS:
+            if not (ROOT / "solutions" / f"{lab}.ipynb").exists():
+                print(f"solutions/{lab}.ipynb is missing: pass --workspace with the reference files", file=sys.stderr)
+                return 1
+            for name, source in solution_sources(f"{lab}.ipynb").items():
+                write_source(name, source)
+    name = gpu_name() if device == "cuda" else emulator_name()
+    print(f"device: {name}", flush=True)
+    rows = bandwidth_rows(device, args.small) + attention_rows(device, args.small)
+    training, config = train_both(device, SMALL if args.small else FULL)
+    if args.small:  # a check of the script: its numbers are no figure for the book
+        path = Path(tempfile.mkdtemp(prefix="phase7-small-")) / "phase7_gpt-small.json"
+        doc = {"benchmark": "phase7_gpt", "device": name, "date": datetime.date.today().isoformat(),
+               "software": software(), "configuration": "small", "config": config, "results": rows + training}
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        print(f"wrote {path} (not a result for the book)")
+        return 0
+    write_results("phase7_gpt", name, rows + training, configuration="full", config=config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,286 @@
+"""Figures of the Phase 7 chapter (transformers and the Tiny Shakespeare GPT), drawn at build time.
+
+Measured figures read ``benchmarks/results/phase7_gpt-*.json`` (``benchmarks/phase7_gpt.py``, on a GPU): the
+loss curves of minitorch and PyTorch, the samples after 0, 250, 500 and 1,000 steps, the attention maps of the
+trained model, one training step against PyTorch eager, the kernels' bandwidth against the copy and the attention
+against SDPA. Without that file the chapter still builds, with a note saying which script to run. Every number
+quoted in the text comes from that file or from ``grader/thresholds.toml``. The causal-mask diagram is computed
+here in NumPy.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import matplotlib.pyplot as plt
+import numpy as np
+from figures import (
+    BLUE,
+    GREEN,
+    GREY,
+    ORANGE,
+    REPO_ROOT,
+    Results,
+    fmt_time,
+    glue_figure,
+    glue_md,
+    latest,
+    missing_figure,
+    missing_md,
+)
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+BENCHMARK, SCRIPT = "phase7_gpt", "benchmarks/phase7_gpt.py"
+
+
+def thresholds() -> dict:
+    with open(REPO_ROOT / "grader" / "thresholds.toml", "rb") as fh:
+        return tomllib.load(fh)["phase7"]
+
+
+def _results() -> Results | None:
+    return latest(BENCHMARK)
+
+
+def _rows(res: Results, kind: str) -> list[dict]:
+    return [r for r in res.rows if r.get("kind") == kind]
+
+
+def _missing(fig_name: str, what: str, *md_names: str) -> None:
+    glue_figure(fig_name, missing_figure(BENCHMARK, what, SCRIPT))
+    for name in md_names:
+        glue_md(name, missing_md(BENCHMARK, SCRIPT) if name.endswith("-text") else "")
+
+
+# --------------------------------------------------------------------------------------
+# Diagram: scores, the causal mask, the probabilities (computed here)
+# --------------------------------------------------------------------------------------
+
+def diagram_causal_mask(t: int = 8):
+    """Scores S = Q Kᵀ / sqrt(D) of one head, the mask, and P = softmax over each row's visible keys."""
+    rng = np.random.default_rng(3)
+    scores = rng.standard_normal((t, t)) * 1.5
+    visible = np.tril(np.ones((t, t), bool))
+    z = np.where(visible, scores, -np.inf)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    fig, axes = plt.subplots(1, 2, figsize=(7.2, 3.4))
+    for ax, values, title in ((axes[0], np.where(visible, scores, np.nan), "scores S (query × key)"),
+                              (axes[1], np.where(visible, p, np.nan), "probabilities P")):
+        cmap = plt.get_cmap("viridis").copy()
+        cmap.set_bad("#f2f2f2")
+        ax.imshow(values, cmap=cmap)
+        for i in range(t):
+            for j in range(t):
+                if j > i:
+                    ax.text(j, i, "×", ha="center", va="center", fontsize=8, color=GREY)
+                elif ax is axes[1]:
+                    label = f"{p[i, j]:.2f}".removeprefix("0")  # .37; 1.00 stays whole
+                    ax.text(j, i, label, ha="center", va="center", fontsize=6,
+                            color="white" if p[i, j] < 0.5 else "black")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("key j")
+        ax.set_ylabel("query t")
+        ax.set_xticks(range(t))
+        ax.set_yticks(range(t))
+        ax.grid(False)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------------------
+# Training: loss curves, samples, attention maps
+# --------------------------------------------------------------------------------------
+
+def phase7_curves(fig_name: str = "fig-phase7-curves", text_name: str = "phase7-curves-text",
+                  caption_name: str = "phase7-curves-source") -> None:
+    """Glue the training and validation loss curves of minitorch and PyTorch, and the sentence quoting them."""
+    bar = thresholds()["shakespeare_val_loss"]
+    res = _results()
+    if res is None:
+        _missing(fig_name, "the Tiny Shakespeare training", text_name, caption_name)
+        return
+    curves = {f: [r for r in _rows(res, "curve") if r["framework"] == f] for f in ("minitorch", "pytorch")}
+    if not curves["minitorch"] or not curves["pytorch"]:
+        raise ValueError(f"{res.path}: no curve rows of minitorch and PyTorch")
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    style = {"minitorch": dict(color=BLUE, label="minitorch"), "pytorch": dict(color=ORANGE, label="PyTorch")}
+    for framework, rows in curves.items():
+        steps = [r["step"] for r in rows]
+        ax.plot(steps, [r["val_loss"] for r in rows], marker="o", ms=3, **style[framework],
+                **({} if framework == "minitorch" else {"ls": "--"}))
+        trained = [(r["step"], r["train_loss"]) for r in rows if r["step"] > 0]
+        ax.plot([s for s, _ in trained], [v for _, v in trained], lw=0.8, alpha=0.5, color=style[framework]["color"])
+    ax.axhline(bar, color="black", ls=":", lw=1, label=f"the bar, {bar}")
+    ax.set(xlabel="training step", ylabel="cross-entropy (nats)", ylim=(1.5, 4.5))
+    ax.legend(title="validation (markers), training batches (thin)", fontsize=8, title_fontsize=8)
+    fig.tight_layout()
+    glue_figure(fig_name, fig)
+    glue_md(caption_name, res.provenance)
+    [summary] = _rows(res, "summary")
+    glue_md(text_name, (
+        f"After {summary['steps']:,} steps the minitorch model's validation loss is **{summary['val_loss']:.3f}** "
+        f"nats; PyTorch, from the same initial weights on the same batches, reaches "
+        f"{summary['pytorch_val_loss']:.3f}. The grader's bar is {bar}."))
+
+
+def phase7_samples(fig_name: str = "fig-phase7-samples", caption_name: str = "phase7-samples-source") -> None:
+    """Glue the samples after each number of steps, side by side."""
+    res = _results()
+    if res is None:
+        _missing(fig_name, "the samples", caption_name)
+        return
+    samples = sorted(_rows(res, "sample"), key=lambda r: r["step"])
+    if not samples:
+        raise ValueError(f"{res.path}: no sample rows")
+    cols = 2
+    rows = (len(samples) + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(9, 3.2 * rows), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, s in zip(axes.flat, samples, strict=False):
+        lines = []
+        for line in s["text"].split("\n"):
+            lines += textwrap.wrap(line, 44, drop_whitespace=False) or [""]
+        ax.set_title(f"after {s['step']:,} steps", loc="left", fontsize=10)
+        ax.text(0, 1, "\n".join(lines[:14]), family="monospace", fontsize=7.5, va="top", transform=ax.transAxes)
+    fig.tight_layout()
+    glue_figure(fig_name, fig)
+    glue_md(caption_name, res.provenance)
+
+
+def phase7_attention_maps(fig_name: str = "fig-phase7-attention", caption_name: str = "phase7-attention-source"
+                          ) -> None:
+    """Glue the attention probabilities of every layer and head on one line of text."""
+    res = _results()
+    if res is None:
+        _missing(fig_name, "the attention maps", caption_name)
+        return
+    maps = sorted(_rows(res, "attention_map"), key=lambda r: (r["layer"], r["head"]))
+    if not maps:
+        raise ValueError(f"{res.path}: no attention_map rows")
+    layers, heads = 1 + max(r["layer"] for r in maps), 1 + max(r["head"] for r in maps)
+    text = maps[0]["text"]
+    shown = min(len(text), 28)  # the first characters: a readable matrix
+    labels = [c if c not in "\n " else {"\n": "⏎", " ": "␣"}[c] for c in text[:shown]]
+    fig, axes = plt.subplots(layers, heads, figsize=(2.4 * heads, 2.5 * layers), squeeze=False)
+    for r in maps:
+        ax = axes[r["layer"]][r["head"]]
+        ax.imshow(np.asarray(r["probs"])[:shown, :shown], cmap="viridis", vmin=0, vmax=1)
+        ax.set_title(f"layer {r['layer']}, head {r['head']}", fontsize=8)
+        ax.set_xticks(range(shown), labels, fontsize=5)
+        ax.set_yticks(range(shown), labels, fontsize=5)
+        ax.grid(False)
+    fig.tight_layout()
+    glue_figure(fig_name, fig)
+    glue_md(caption_name, res.provenance)
+
+
+# --------------------------------------------------------------------------------------
+# Speed: the step, the kernels, attention
+# --------------------------------------------------------------------------------------
+
+def phase7_step(fig_name: str = "fig-phase7-step", text_name: str = "phase7-step-text",
+                caption_name: str = "phase7-step-source") -> None:
+    """Glue one training step's time: captured, launched from Python, PyTorch eager."""
+    res = _results()
+    if res is None:
+        _missing(fig_name, "the training step", text_name, caption_name)
+        return
+    [step] = _rows(res, "step")
+    bars = [("minitorch, captured graph", step["captured_seconds"], BLUE),
+            ("minitorch, from Python", step["eager_seconds"], GREY),
+            ("PyTorch eager", step["pytorch_seconds"], ORANGE)]
+    fig, ax = plt.subplots(figsize=(7, 2.2))
+    ax.barh([b[0] for b in bars], [b[1] * 1e3 for b in bars], color=[b[2] for b in bars])
+    for i, (_, seconds, _) in enumerate(bars):
+        ax.text(seconds * 1e3, i, f" {fmt_time(seconds)}", va="center", fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlabel("one training step (ms), host time included")
+    ax.grid(axis="y", visible=False)
+    fig.tight_layout()
+    glue_figure(fig_name, fig)
+    glue_md(caption_name, res.provenance)
+    glue_md(text_name, (
+        f"One replay of the captured step ({step['launches']} kernels) takes {fmt_time(step['captured_seconds'])}: "
+        f"**{step['ratio']:.2f}×** the time of PyTorch eager's step ({fmt_time(step['pytorch_seconds'])}); the "
+        f"same step launched from Python takes {fmt_time(step['eager_seconds'])}."))
+
+
+def phase7_bandwidth(fig_name: str = "fig-phase7-bandwidth", text_name: str = "phase7-bandwidth-text",
+                     caption_name: str = "phase7-bandwidth-source") -> None:
+    """Glue the bandwidth of LayerNorm and of the softmax as fractions of the copy bandwidth."""
+    limits = thresholds()
+    res = _results()
+    if res is None:
+        _missing(fig_name, "the LayerNorm and softmax bandwidth", text_name, caption_name)
+        return
+    rows = _rows(res, "bandwidth")
+    fig, ax = plt.subplots(figsize=(7, 2.6))
+    names = [f"{r['kernel']} ({r['shape']})" for r in rows]
+    ax.barh(names, [r["ratio"] for r in rows], color=[GREEN if "layernorm" in r["kernel"] else BLUE for r in rows])
+    for i, r in enumerate(rows):
+        ax.text(r["ratio"], i, f" {r['ratio']:.2f} ({r['gbps']:,.0f} GB/s)", va="center", fontsize=8)
+        if r["kernel"] in limits:
+            ax.plot([limits[r["kernel"]]] * 2, [i - 0.4, i + 0.4], color="black", lw=1)
+    ax.axvline(1.0, color=GREY, ls="--", lw=1)
+    ax.invert_yaxis()
+    ax.set(xlim=(0, 1.25), xlabel="bytes moved per second ÷ the copy's (| the grader's bar)")
+    ax.grid(axis="y", visible=False)
+    fig.tight_layout()
+    glue_figure(fig_name, fig)
+    glue_md(caption_name, res.provenance)
+    copy = rows[0]["copy_gbps"]
+    glue_md(text_name, "A copy of the same bytes runs at about " + f"{copy:,.0f} GB/s here; " + "; ".join(
+        f"`{r['kernel']}` reaches {r['ratio']:.2f} of it" for r in rows) + ".")
+
+
+def phase7_attention(fig_name: str = "fig-phase7-sdpa", text_name: str = "phase7-sdpa-text",
+                     caption_name: str = "phase7-sdpa-source") -> None:
+    """Glue the materialised attention's time against PyTorch's scaled_dot_product_attention."""
+    res = _results()
+    if res is None:
+        _missing(fig_name, "attention against SDPA", text_name, caption_name)
+        return
+    rows = _rows(res, "attention")
+    fig, ax = plt.subplots(figsize=(7, 2.4))
+    labels = [f"B={r['B']} H={r['H']} T={r['T']} D={r['D']}" for r in rows]
+    y = np.arange(len(rows))
+    ax.barh(y - 0.2, [r["seconds"] * 1e3 for r in rows], 0.4, color=BLUE, label="minitorch (materialised)")
+    ax.barh(y + 0.2, [r["sdpa_seconds"] * 1e3 for r in rows], 0.4, color=ORANGE, label="PyTorch SDPA (fused)")
+    ax.set_yticks(y, labels)
+    ax.set(xscale="log", xlabel="forward time (ms, log scale)")
+    ax.invert_yaxis()
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", visible=False)
+    fig.tight_layout()
+    glue_figure(fig_name, fig)
+    glue_md(caption_name, res.provenance)
+    glue_md(text_name, "; ".join(
+        f"at T = {r['T']} (D = {r['D']}) the materialised attention takes {r['time_ratio']:.1f}× SDPA's time"
+        for r in rows) + ".")
+
+
+def phase7_baselines(text_name: str = "phase7-baselines-text") -> None:
+    """Glue the two baselines (character frequencies; the previous character) from the benchmark's file."""
+    res = _results()
+    rows = _rows(res, "baseline") if res is not None else []
+    if not rows:
+        glue_md(text_name, "the losses of two simple predictors, which `benchmarks/phase7_gpt.py` computes, give the "
+                           "scale (none is committed yet)")
+        return
+    glue_md(text_name, f"predicting each character from the frequencies of characters alone costs "
+                       f"{rows[0]['unigram']:.2f} nats; from the previous character, {rows[0]['bigram']:.2f} "
+                       f"(counts of the training text, on the validation text)")
+
+
+def phase7_reduced_bar(text_name: str = "phase7-reduced-text") -> None:
+    """Glue the bars of the two configurations from grader/thresholds.toml."""
+    t = thresholds()
+    glue_md(text_name, f"at most {t['shakespeare_val_loss']} nats for the full configuration on a GPU, at most "
+                       f"{t['shakespeare_val_loss_reduced']} for the emulator's reduced one")
+

@@ -1,0 +1,1133 @@
+"""Graded tests of Phase 7 (transformers): gelu, layernorm, embedding, attention and clip kernels and launchers.
+
+Run by `grader check phase7`, on the active device (cuda or emu), with fresh random inputs (seed printed in the
+report), odd sizes (sequences of 1 and of prime lengths, head dimensions 16, 32 and 64, vocabularies and widths
+that are no multiple of any tile), outputs poisoned with NaN before every launch, and a check that the learner's
+kernels really ran. Every value is compared with NumPy in float64. Performance (GPU only) is a ratio to the copy
+bandwidth or to PyTorch, measured in the same run. The deliverable is in test_phase7_gpt.py.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pytest
+
+from grader import checks
+from grader.checks import ODD_SIZES, GradeError, launch_checked
+from minitorch import backend, kernels
+
+EPS32 = float(np.finfo(np.float32).eps)
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+ON_GPU = backend.get_device() == "cuda"
+
+
+def module(name: str) -> Any:
+    return kernels.load_module(name)
+
+
+def dev(host: np.ndarray) -> Any:
+    return backend.asarray(np.ascontiguousarray(host))
+
+
+def host(a: Any) -> np.ndarray:
+    return checks.to_host(a).astype(np.float64)
+
+
+def run(what: str, file: str, function: str, call: Any) -> None:
+    """Launch through the learner's launcher, require a launch of `function`, report faults by kind."""
+    checks.reset_launches()
+    launch_checked(what, call)
+    checks.require_launch(file, function)
+
+
+def unwritten_note(got: np.ndarray) -> str:
+    n = int(checks.is_poison(got).sum())
+    return f"\n  {n} of {got.size} values were never written (still the NaN poison)" if n else ""
+
+
+# ---------------------------------------------------------------- GELU
+
+GELU_FWD = pytest.mark.kernel("gelu.cu", "gelu_forward")
+GELU_BWD = pytest.mark.kernel("gelu.cu", "gelu_backward")
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1 + np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+
+
+def gelu_tanh_slope(x: np.ndarray) -> np.ndarray:
+    t = np.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * SQRT_2_OVER_PI * (1 + 3 * 0.044715 * x * x)
+
+
+def _phi(x: np.ndarray) -> np.ndarray:
+    from math import erf
+
+    return 0.5 * (1 + np.vectorize(erf)(x / math.sqrt(2)))
+
+
+def gelu_erf(x: np.ndarray) -> np.ndarray:
+    return x * _phi(x)
+
+
+def gelu_erf_slope(x: np.ndarray) -> np.ndarray:
+    return _phi(x) + x * np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
+def check_gelu(got: Any, expected: np.ndarray, erf_version: np.ndarray, what: str, formula: str) -> None:
+    try:
+        checks.assert_close(got, expected, rtol=1e-5, atol=2e-6, what=what)
+    except GradeError as err:
+        values = host(got)
+        if values.shape == erf_version.shape and np.allclose(values, erf_version, rtol=1e-5, atol=2e-6):
+            raise GradeError(f"{err}\n  these are the values of the exact (erf) GELU{formula}: forward and "
+                             f"backward must both use GPT-2's tanh approximation") from None
+        raise
+
+
+@GELU_FWD
+@pytest.mark.parametrize("n", ODD_SIZES)
+@pytest.mark.hint("out[i] = 0.5 x (1 + tanhf(sqrt(2/pi) (x + 0.044715 x^3))) for every i < n (grid-stride loop)")
+def test_gelu_forward_values(n):
+    x = checks.rng("gelu", n).uniform(-8, 8, n).astype(np.float32)
+    out = checks.poison(n)
+    run(f"gelu_forward(x of {n} elements, out)", "gelu.cu", "gelu_forward",
+        lambda: module("gelu.py").gelu_forward(dev(x), out))
+    x64 = x.astype(np.float64)
+    sample = slice(None) if n < 5000 else slice(0, 5000)  # the erf reference is slow: diagnose on a sample
+    check_gelu(checks.to_host(out)[sample], gelu_tanh(x64)[sample], gelu_erf(x64[sample]),
+               f"gelu_forward, n={n}", "")
+    checks.assert_close(out, gelu_tanh(x64), rtol=1e-5, atol=2e-6, what=f"gelu_forward, n={n}")
+
+
+@GELU_BWD
+@pytest.mark.parametrize("n", ODD_SIZES[:5])
+@pytest.mark.hint("grad_in = grad_out * gelu'(x), the derivative of the forward's tanh formula")
+def test_gelu_backward_values(n):
+    r = checks.rng("gelu-backward", n)
+    x = r.uniform(-5, 5, n).astype(np.float32)
+    g = r.standard_normal(n).astype(np.float32)
+    grad_in = checks.poison(n)
+    run(f"gelu_backward(x, grad_out of {n} elements, grad_in)", "gelu.cu", "gelu_backward",
+        lambda: module("gelu.py").gelu_backward(dev(x), dev(g), grad_in))
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    check_gelu(grad_in, g64 * gelu_tanh_slope(x64), g64 * gelu_erf_slope(x64), f"gelu_backward, n={n}",
+               "'s derivative")
+
+
+@GELU_FWD
+@pytest.mark.hint("tanhf saturates at +-1: gelu(x) is x for large x and 0 for very negative x, never NaN")
+def test_gelu_large_inputs():
+    x = np.array([-1e4, -100, -30, -10, -1e-30, 0, 1e-30, 10, 30, 100, 1e4], np.float32)
+    out, grad = checks.poison(x.size), checks.poison(x.size)
+    gm = module("gelu.py")
+    run("gelu_forward of large |x|", "gelu.cu", "gelu_forward", lambda: gm.gelu_forward(dev(x), out))
+    launch_checked("gelu_backward of large |x|", lambda: gm.gelu_backward(dev(x), dev(np.ones_like(x)), grad))
+    x64 = x.astype(np.float64)
+    # x**3 overflows float32 at |x| = 1e4: tanh(+-inf) is still +-1
+    with np.errstate(over="ignore"):
+        checks.assert_close(out, gelu_tanh(x64), rtol=1e-5, atol=1e-6, what="gelu_forward of large |x|")
+        checks.assert_close(grad, gelu_tanh_slope(x64), rtol=1e-5, atol=1e-6, what="gelu_backward of large |x|")
+
+
+@pytest.mark.parametrize("kernel", ["gelu_forward", "gelu_backward"])
+@pytest.mark.hint("a grid-stride loop: i += gridDim.x * blockDim.x, so that any grid covers any n")
+def test_gelu_kernels_any_grid(kernel):
+    n = 5003
+    r = checks.rng("gelu-grid", kernel)
+    x, g = r.uniform(-4, 4, n).astype(np.float32), r.standard_normal(n).astype(np.float32)
+    out = checks.poison(n)
+    k = kernels.load_kernel("gelu.cu", kernel)
+    x64 = x.astype(np.float64)
+    if kernel == "gelu_forward":
+        args, expected = (dev(x), out, np.int64(n)), gelu_tanh(x64)
+    else:
+        args, expected = (dev(x), dev(g), out, np.int64(n)), g * gelu_tanh_slope(x64)
+    checks.assert_grid_stride(f"{kernel} launched with 3 blocks of 64 threads", k, args,
+                              {"out": (out, expected)}, rtol=1e-5, atol=2e-6)
+
+
+# ---------------------------------------------------------------- LayerNorm
+
+LN_FWD = pytest.mark.kernel("layernorm.cu", "layernorm_forward")
+LN_BWD = pytest.mark.kernel("layernorm.cu", "layernorm_backward")
+# (rows, cols): one element, short rows (a warp has idle lanes), rows of 33 and 1000 (lanes loop), a prime number of
+# rows, GPT-2's width.
+LN_SHAPES = [(1, 1), (7, 3), (31, 64), (257, 33), (100, 1000), (4099, 17), (64, 768)]
+
+
+def ln_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float, *, ddof: int = 0,
+                 eps_outside: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x = x.astype(np.float64)
+    mean = x.mean(axis=1)
+    var = x.var(axis=1, ddof=ddof) if x.shape[1] > ddof else np.zeros(len(x))
+    rstd = 1 / (np.sqrt(var) + eps) if eps_outside else 1 / np.sqrt(var + eps)
+    return (x - mean[:, None]) * rstd[:, None] * w + b, mean, rstd
+
+
+def ln_inputs(rows: int, cols: int, *salt: object, scale: float = 2.0, offset: float = 1.0) -> tuple:
+    r = checks.rng("layernorm", rows, cols, *salt)
+    x = (r.standard_normal((rows, cols)) * scale + offset).astype(np.float32)
+    return x, r.uniform(0.5, 2, cols).astype(np.float32), r.standard_normal(cols).astype(np.float32)
+
+
+def device_layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> tuple:
+    rows, cols = x.shape
+    out, mean, rstd = checks.poison((rows, cols)), checks.poison(rows), checks.poison(rows)
+    run(f"layernorm_forward(x of shape {x.shape}, eps={eps:g})", "layernorm.cu", "layernorm_forward",
+        lambda: module("layernorm.py").layernorm_forward(dev(x), dev(w), dev(b), out, mean, rstd, eps))
+    return checks.to_host(out), checks.to_host(mean), checks.to_host(rstd)
+
+
+def check_layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float, got: tuple, what: str,
+                    rtol: float = 1e-4) -> None:
+    out, mean, rstd = got
+    exp_out, exp_mean, exp_rstd = ln_reference(x, w, b, eps)
+    scale = float(np.abs(exp_out).max()) if exp_out.size else 1.0
+    try:
+        checks.assert_close(out, exp_out, rtol=rtol, atol=rtol * scale, what=f"{what}: out")
+        checks.assert_close(rstd, exp_rstd, rtol=rtol, what=f"{what}: rstd (1 / sqrt(var + eps))")
+    except GradeError as err:
+        for note, kwargs in (("the SAMPLE variance (divided by cols - 1): LayerNorm divides by cols",
+                              {"ddof": 1}),
+                             ("eps added AFTER the square root, 1 / (sqrt(var) + eps): it goes inside, "
+                              "1 / sqrt(var + eps)", {"eps_outside": True})):
+            alt_out, _, alt_rstd = ln_reference(x, w, b, eps, **kwargs)
+            if (np.allclose(out, alt_out, rtol=rtol, atol=rtol * scale)
+                    and np.allclose(rstd, alt_rstd, rtol=rtol)):
+                raise GradeError(f"{err}\n  these values come from {note}") from None
+        raise
+    checks.assert_close(mean, exp_mean, rtol=1e-5, atol=1e-6 * float(np.abs(x).max() or 1), what=f"{what}: mean")
+
+
+@LN_FWD
+@pytest.mark.parametrize("rows, cols", LN_SHAPES, ids=lambda v: str(v))
+@pytest.mark.hint("a warp per row: the mean, then the mean of (x - mean)^2 (divided by cols), rstd = "
+                  "1 / sqrtf(var + eps); every row and every column written")
+def test_layernorm_forward_values(rows, cols):
+    x, w, b = ln_inputs(rows, cols)
+    got = device_layernorm(x, w, b)
+    check_layernorm(x, w, b, 1e-5, got, f"layernorm_forward, x of shape {(rows, cols)}")
+
+
+@LN_FWD
+@pytest.mark.parametrize("cols", [2, 3, 8, 64])
+@pytest.mark.hint("the population variance: the mean of (x - mean)^2 over the row, divided by cols (not cols - 1)")
+def test_layernorm_population_variance(cols):
+    x, w, b = ln_inputs(37, cols, "population", scale=1.0)
+    check_layernorm(x, w, b, 1e-5, device_layernorm(x, w, b), f"layernorm_forward, rows of {cols} columns")
+
+
+@LN_FWD
+@pytest.mark.parametrize("std", [3e-3, 1e-3, 0.0])
+@pytest.mark.hint("rstd = 1 / sqrt(var + eps): eps inside the square root (it matters when var is near eps, and "
+                  "keeps a constant row finite)")
+def test_layernorm_eps_inside_the_square_root(std):
+    x, w, b = ln_inputs(40, 64, "eps", std, scale=std, offset=0.5)
+    got = device_layernorm(x, w, b, eps=1e-5)
+    # float32 rounding of x around 0.5 is 3e-8: a relative error of var ~ 1e-5 at std 1e-3
+    check_layernorm(x, w, b, 1e-5, got, f"layernorm_forward, rows of standard deviation {std:g}", rtol=2e-3)
+
+
+@LN_FWD
+@pytest.mark.parametrize("offset", [1e3, 1e4])
+@pytest.mark.hint("two passes: the mean first, then the mean of (x - mean)^2; E[x^2] - E[x]^2 loses every digit "
+                  "in float32 when the mean is large")
+def test_layernorm_is_stable_with_a_large_mean(offset):
+    x, w, b = ln_inputs(33, 100, "stable", offset, scale=1.0, offset=offset)
+    got = device_layernorm(x, w, b)
+    # x itself holds offset to float32 precision (offset * 6e-8): the reference sees the same rounded values
+    check_layernorm(x, w, b, 1e-5, got, f"layernorm_forward, mean {offset:g}, standard deviation 1", rtol=3e-3)
+
+
+def ln_backward_reference(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float = 1e-5) -> tuple:
+    g, x = g.astype(np.float64), x.astype(np.float64)
+    mean = x.mean(axis=1, keepdims=True)
+    rstd = 1 / np.sqrt(x.var(axis=1, keepdims=True) + eps)
+    xhat = (x - mean) * rstd
+    gw = g * w
+    dx = rstd * (gw - gw.mean(axis=1, keepdims=True) - xhat * (gw * xhat).mean(axis=1, keepdims=True))
+    return dx, (g * xhat).sum(axis=0), g.sum(axis=0), np.abs(g * xhat).sum(axis=0), np.abs(g).sum(axis=0)
+
+
+def device_layernorm_backward(g: np.ndarray, x: np.ndarray, w: np.ndarray) -> tuple:
+    rows, cols = x.shape
+    b = np.zeros(cols, np.float32)
+    xd, wd = dev(x), dev(w)
+    lm = module("layernorm.py")
+    out, mean, rstd = backend.empty((rows, cols)), backend.empty(rows), backend.empty(rows)
+    launch_checked("layernorm_forward", lambda: lm.layernorm_forward(xd, wd, dev(b), out, mean, rstd, 1e-5))
+    dx, dw, db = checks.poison((rows, cols)), checks.poison(cols), checks.poison(cols)
+    run(f"layernorm_backward(x of shape {x.shape})", "layernorm.cu", "layernorm_backward",
+        lambda: lm.layernorm_backward(dev(g), xd, wd, mean, rstd, dx, dw, db))
+    checks.require_launch("layernorm.cu", "layernorm_param_grads")
+    return checks.to_host(dx), checks.to_host(dw), checks.to_host(db)
+
+
+def check_layernorm_backward(g, x, w, got, what: str) -> None:
+    dx, dw, db = got
+    exp_dx, exp_dw, exp_db, abs_dw, abs_db = ln_backward_reference(g, x, w)
+    checks.assert_close(dx, exp_dx, rtol=1e-3, atol=1e-4 * float(np.abs(exp_dx).max() or 1), what=f"{what}: grad_x")
+    rows = x.shape[0]
+    # sums over rows, in any order: within rows * eps of the sum of the terms' magnitudes
+    for name, got_sum, exp_sum, magnitude in (("grad_weight", dw, exp_dw, abs_dw), ("grad_bias", db, exp_db, abs_db)):
+        bound = 4 * (rows + 8) * EPS32 * magnitude + 1e-30
+        bad = ~(np.abs(got_sum.astype(np.float64) - exp_sum) <= bound)
+        if bad.any():
+            c = int(np.flatnonzero(bad)[0])
+            note = " (never written: the NaN poison)" if checks.is_poison(got_sum[c:c + 1]).all() else ""
+            raise GradeError(f"{what}: {name}: {int(bad.sum())} of {bad.size} columns differ from the sum over the "
+                             f"{rows} rows; first: column {c}, expected {exp_sum[c]!r}, got {got_sum[c]!r}{note}")
+
+
+@LN_BWD
+@pytest.mark.parametrize("rows, cols", LN_SHAPES + [(5000, 64)], ids=lambda v: str(v))
+@pytest.mark.hint("grad_x = rstd (g - mean(g) - xhat mean(g xhat)), g = grad_out * weight; the parameter "
+                  "gradients sum over every row: each block's partial row, then layernorm_param_grads adds them")
+def test_layernorm_backward_values(rows, cols):
+    x, w, _ = ln_inputs(rows, cols, "backward")
+    g = checks.rng("layernorm-grad", rows, cols).standard_normal((rows, cols)).astype(np.float32)
+    check_layernorm_backward(g, x, w, device_layernorm_backward(g, x, w), f"layernorm_backward, x of shape "
+                                                                          f"{(rows, cols)}")
+
+
+@pytest.mark.kernel("layernorm.cu", "layernorm_backward")
+@pytest.mark.parametrize("grid, threads", [(1, 32), (3, 64), (5, 256)], ids=str)
+@pytest.mark.hint("warps loop over the rows (a grid-stride loop counted in warps): any grid and any block of a "
+                  "multiple of 32 threads covers any number of rows")
+def test_layernorm_kernels_any_grid(grid, threads):
+    rows, cols = 203, 40
+    x, w, b = ln_inputs(rows, cols, "grid", grid)
+    g = checks.rng("layernorm-grid", grid).standard_normal((rows, cols)).astype(np.float32)
+    xd, wd, bd = dev(x), dev(w), dev(b)
+    out, mean, rstd = checks.poison((rows, cols)), checks.poison(rows), checks.poison(rows)
+    what = f"layernorm_forward launched with {grid} block(s) of {threads} threads for {rows} rows"
+    launch_checked(what, lambda: kernels.load_kernel("layernorm.cu", "layernorm_forward")(
+        (grid,), (threads,), (xd, wd, bd, out, mean, rstd, np.int32(rows), np.int32(cols), np.float32(1e-5))))
+    with checks.grid_stride_advice(out, grid, threads):
+        check_layernorm(x, w, b, 1e-5, (checks.to_host(out), checks.to_host(mean), checks.to_host(rstd)), what)
+    dx, wp, bp = checks.poison((rows, cols)), checks.poison((grid, cols)), checks.poison((grid, cols))
+    what = f"layernorm_backward launched with {grid} block(s) of {threads} threads for {rows} rows"
+    launch_checked(what, lambda: kernels.load_kernel("layernorm.cu", "layernorm_backward")(
+        (grid,), (threads,), (dev(g), xd, wd, mean, rstd, dx, wp, bp, np.int32(rows), np.int32(cols)),
+        shared_mem=2 * cols * 4))
+    dw, db = checks.poison(cols), checks.poison(cols)
+    launch_checked("layernorm_param_grads launched with 1 block of (32, 3) threads",
+                   lambda: kernels.load_kernel("layernorm.cu", "layernorm_param_grads")(
+                       (1,), (32, 3), (wp, bp, dw, db, np.int32(grid), np.int32(cols))))
+    with checks.grid_stride_advice(dx, grid, threads):
+        check_layernorm_backward(g, x, w, (checks.to_host(dx), checks.to_host(dw), checks.to_host(db)), what)
+
+
+@pytest.mark.kernel("layernorm.cu", "layernorm_backward")
+@pytest.mark.hint("a __syncthreads() after zeroing the shared sums and another before reading them; in "
+                  "layernorm_param_grads, one before the row-0 sums and one before the next columns", on="fault")
+def test_layernorm_has_no_shared_memory_race():
+    if backend.get_device() != "emu":
+        pytest.skip("races are found by the emulator's check mode (grader check phase7 --device emu)")
+    from minitorch import emu
+
+    x, w, _ = ln_inputs(77, 70, "race")
+    g = checks.rng("layernorm-race").standard_normal((77, 70)).astype(np.float32)
+    with emu.check_mode():
+        got = device_layernorm_backward(g, x, w)
+    check_layernorm_backward(g, x, w, got, "layernorm_backward under the emulator's check mode")
+
+
+# ---------------------------------------------------------------- embeddings
+
+EMB_FWD = pytest.mark.kernel("embedding.cu", "embedding_forward")
+EMB_BWD = pytest.mark.kernel("embedding.cu", "embedding_backward")
+# (vocab, dim, shape of the ids)
+EMB_CASES = [(1, 1, (1,)), (65, 7, (3, 11)), (257, 64, (64, 64)), (13, 33, (1000,)), (65, 16, (2, 3, 5))]
+
+
+def device_embedding(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
+    out = checks.poison(ids.shape + (table.shape[1],))
+    run(f"embedding_forward(ids of shape {ids.shape}, weight of shape {table.shape})", "embedding.cu",
+        "embedding_forward",
+        lambda: module("embedding.py").embedding_forward(dev(ids.astype(np.int32)), dev(table), out))
+    return checks.to_host(out)
+
+
+def device_embedding_backward(ids: np.ndarray, g: np.ndarray, vocab: int) -> np.ndarray:
+    grad = checks.poison((vocab, g.shape[-1]))
+    run(f"embedding_backward(ids of shape {ids.shape}, grad_out of shape {g.shape})", "embedding.cu",
+        "embedding_backward",
+        lambda: module("embedding.py").embedding_backward(dev(ids.astype(np.int32)), dev(g), grad))
+    return checks.to_host(grad)
+
+
+@EMB_FWD
+@pytest.mark.parametrize("vocab, dim, shape", EMB_CASES, ids=str)
+@pytest.mark.hint("out[i, d] = weight[idx[i], d] for every element e = i * dim + d (grid-stride)")
+def test_embedding_forward_values(vocab, dim, shape):
+    r = checks.rng("embedding", vocab, dim, shape)
+    table = r.standard_normal((vocab, dim)).astype(np.float32)
+    ids = r.integers(0, vocab, shape)
+    checks.assert_bitwise_equal(device_embedding(ids, table), table[ids],
+                                what=f"embedding_forward, {vocab} x {dim} table, ids of shape {shape}")
+
+
+def check_scatter(got: np.ndarray, ids: np.ndarray, g: np.ndarray, what: str) -> None:
+    vocab, dim = got.shape
+    expected = np.zeros((vocab, dim))
+    np.add.at(expected, ids.reshape(-1), g.reshape(-1, dim).astype(np.float64))
+    magnitude = np.zeros((vocab, dim))
+    np.add.at(magnitude, ids.reshape(-1), np.abs(g.reshape(-1, dim).astype(np.float64)))
+    bound = 2 * (np.bincount(ids.reshape(-1), minlength=vocab)[:, None] + 1) * EPS32 * magnitude
+    bad = ~(np.abs(got.astype(np.float64) - expected) <= bound)
+    if not bad.any():
+        return
+    v, d = (int(i) for i in np.argwhere(bad)[0])
+    count = int((ids == v).sum())
+    lines = [f"{what}: {int(bad.any(axis=1).sum())} rows of grad_weight differ from the sum of their ids' gradient "
+             f"rows; first: row {v} (id {v} occurs {count} times), column {d}: expected {expected[v, d]!r}, "
+             f"got {got[v, d]!r}"]
+    rows = g.reshape(-1, dim)[ids.reshape(-1) == v, d].astype(np.float64)
+    if count > 1 and np.any(np.isclose(got[v, d], rows, rtol=1e-6, atol=0)):
+        lines.append(f"  that is ONE of its {count} gradient rows: the threads of a repeated id overwrite each "
+                     f"other; add with atomicAdd")
+    elif count == 0 and got[v, d] != 0:
+        lines.append("  that id does not occur: its row must be 0 (zero grad_weight before adding)")
+    raise GradeError("\n".join(lines))
+
+
+@EMB_BWD
+@pytest.mark.parametrize("vocab, dim, shape", EMB_CASES, ids=str)
+@pytest.mark.hint("grad_weight[idx[i], d] += grad_out[i, d] with atomicAdd, after zeroing grad_weight")
+def test_embedding_backward_values(vocab, dim, shape):
+    r = checks.rng("embedding-backward", vocab, dim, shape)
+    ids = r.integers(0, vocab, shape)
+    g = r.standard_normal(shape + (dim,)).astype(np.float32)
+    check_scatter(device_embedding_backward(ids, g, vocab), ids, g,
+                  f"embedding_backward, {vocab} x {dim} table, ids of shape {shape}")
+
+
+@EMB_BWD
+@pytest.mark.parametrize("case", ["one id everywhere", "few ids"])
+@pytest.mark.hint("a repeated id (a character occurs many times in a batch) gets the SUM of its gradient rows: "
+                  "atomicAdd, never a plain store")
+def test_embedding_backward_accumulates_repeated_ids(case):
+    r = checks.rng("embedding-repeated", case)
+    ids = np.full((16, 64), 7) if case == "one id everywhere" else r.integers(0, 3, (16, 64))
+    g = r.standard_normal((16, 64, 32)).astype(np.float32)
+    check_scatter(device_embedding_backward(ids, g, 65), ids, g, f"embedding_backward, {case}")
+
+
+@EMB_FWD
+@pytest.mark.hint("an id outside [0, vocab) gives a row of NaN (__int_as_float(0x7fffffff)), and adds nothing in "
+                  "the backward")
+def test_embedding_ids_out_of_range():
+    table = checks.rng("embedding-range").standard_normal((5, 3)).astype(np.float32)
+    ids = np.array([0, 5, -1, 4, 1000])
+    out = device_embedding(ids, table)
+    bad = [i for i in (1, 2, 4) if not np.all(np.isnan(out[i])) or checks.is_poison(out[i]).any()]
+    if bad:
+        raise GradeError(f"embedding_forward: id {ids[bad[0]]} is outside [0, 5): its row must be NaN computed by "
+                         f"the kernel (not left unwritten), got {out[bad[0]]!r}")
+    checks.assert_bitwise_equal(out[[0, 3]], table[[0, 4]], what="embedding_forward, the ids in range")
+    g = np.ones((5, 3), np.float32)
+    grad = device_embedding_backward(ids, g, 5)
+    expected = np.zeros((5, 3))
+    expected[[0, 4]] = 1
+    checks.assert_close(grad, expected, rtol=0, what="embedding_backward with ids out of range (skipped)")
+
+
+@pytest.mark.parametrize("kernel", ["embedding_forward", "embedding_backward"])
+@pytest.mark.hint("a grid-stride loop over the n * dim elements: any grid covers any number of ids")
+def test_embedding_kernels_any_grid(kernel):
+    r = checks.rng("embedding-grid", kernel)
+    vocab, dim, n = 19, 13, 301
+    table = r.standard_normal((vocab, dim)).astype(np.float32)
+    ids = r.integers(0, vocab, n)
+    g = r.standard_normal((n, dim)).astype(np.float32)
+    k = kernels.load_kernel("embedding.cu", kernel)
+    if kernel == "embedding_forward":
+        out = checks.poison((n, dim))
+        checks.assert_grid_stride("embedding_forward launched with 3 blocks of 64 threads", k,
+                                  (dev(ids.astype(np.int32)), dev(table), out, np.int64(n), np.int32(dim),
+                                   np.int32(vocab)), {"out": (out, table[ids])}, rtol=0)
+    else:
+        grad = backend.zeros((vocab, dim))
+        launch_checked("embedding_backward launched with 3 blocks of 64 threads", lambda: k(
+            (3,), (64,), (dev(ids.astype(np.int32)), dev(g), grad, np.int64(n), np.int32(dim), np.int32(vocab))))
+        check_scatter(checks.to_host(grad), ids, g, "embedding_backward launched with 3 blocks of 64 threads")
+
+
+# ---------------------------------------------------------------- batched GEMM
+
+BMM = pytest.mark.kernel("attention.cu", "bmm")
+# (batch, M, K, N): single elements; odd sizes; attention's shapes for head dims 16, 32, 64 (Q Kᵀ: T x D x T,
+# P V: T x T x D); sequences of 1 and of prime lengths; tiles cut at every edge.
+BMM_SHAPES = [(1, 1, 1, 1), (3, 7, 5, 9), (4, 64, 16, 64), (4, 64, 64, 16), (2, 31, 32, 31), (2, 37, 37, 64),
+              (5, 1, 16, 1), (2, 33, 70, 31), (1, 129, 7, 65)]
+
+
+def bmm_operands(shape: tuple, ta: bool, tb: bool, *salt: object) -> tuple[np.ndarray, np.ndarray]:
+    batch, m, k, n = shape
+    r = checks.rng("bmm", shape, ta, tb, *salt)
+    a = r.uniform(-1, 1, (batch, k, m) if ta else (batch, m, k)).astype(np.float32)
+    b = r.uniform(-1, 1, (batch, n, k) if tb else (batch, k, n)).astype(np.float32)
+    return a, b
+
+
+def check_bmm(got: Any, a: np.ndarray, b: np.ndarray, ta: bool, tb: bool, what: str) -> None:
+    a64 = np.swapaxes(a, 1, 2).astype(np.float64) if ta else a.astype(np.float64)
+    b64 = np.swapaxes(b, 1, 2).astype(np.float64) if tb else b.astype(np.float64)
+    expected = a64 @ b64
+    values = host(got)
+    if values.shape != expected.shape:
+        raise GradeError(f"{what}: shape {values.shape}, expected {expected.shape}")
+    bound = a64.shape[2] * EPS32 * (np.abs(a64) @ np.abs(b64)) + 1e-30
+    bad = ~(np.abs(values - expected) <= bound)
+    if bad.any():
+        z, i, j = (int(v) for v in np.argwhere(bad)[0])
+        raise GradeError(f"{what}: {int(bad.sum())} of {bad.size} values differ from op(A)·op(B) (float64) by more "
+                         f"than K·eps·(|A|·|B|); first: matrix {z}, C[{i}][{j}]: expected {expected[z, i, j]!r}, "
+                         f"got {values[z, i, j]!r}{unwritten_note(checks.to_host(got))}")
+
+
+@BMM
+@pytest.mark.parametrize("shape", BMM_SHAPES, ids=lambda v: "x".join(map(str, v)))
+@pytest.mark.parametrize("ta, tb", [(False, False), (False, True), (True, False), (True, True)],
+                         ids=["AB", "ABt", "AtB", "AtBt"])
+@pytest.mark.hint("blockIdx.z picks the matrix (offset by z * stride); with ta, A is stored (K, M) and op(A)(m, k) "
+                  "is A[k * M + m]; loads outside the matrices read 0, stores outside C are skipped")
+def test_bmm_values(shape, ta, tb):
+    a, b = bmm_operands(shape, ta, tb)
+    batch, m, _, n = shape
+    out = checks.poison((batch, m, n))
+    what = f"bmm of {batch} x ({m} x {shape[2]}) @ ({shape[2]} x {n})" + (", A transposed" * ta) + (
+        ", B transposed" * tb)
+    run(what, "attention.cu", "bmm", lambda: module("attention.py").bmm(dev(a), dev(b), out, ta, tb))
+    check_bmm(out, a, b, ta, tb, what)
+
+
+@BMM
+@pytest.mark.hint("a __syncthreads() after the tiles are stored and another before they are overwritten",
+                  on="fault")
+def test_bmm_has_no_shared_memory_race():
+    if backend.get_device() != "emu":
+        pytest.skip("races are found by the emulator's check mode (grader check phase7 --device emu)")
+    from minitorch import emu
+
+    for ta, tb in ((False, True), (True, False)):
+        a, b = bmm_operands((2, 33, 40, 35), ta, tb, "race")
+        out = checks.poison((2, 33, 35))
+        with emu.check_mode():
+            run("bmm under the emulator's check mode", "attention.cu", "bmm",
+                lambda a=a, b=b, ta=ta, tb=tb, out=out: module("attention.py").bmm(dev(a), dev(b), out, ta, tb))
+        check_bmm(out, a, b, ta, tb, "bmm under the emulator's check mode")
+
+
+# ---------------------------------------------------------------- the masked softmax
+
+SOFTMAX = pytest.mark.kernel("attention.cu", "softmax_forward")
+SOFTMAX_BWD = pytest.mark.kernel("attention.cu", "softmax_backward")
+SEQUENCES = [1, 2, 7, 31, 64, 130]
+
+
+def softmax_reference(s: np.ndarray, scale: float, causal: bool, *, shift: int = 0, axis: int = -1) -> np.ndarray:
+    """softmax(scale * s) over `axis`; causal: query t sees keys j <= t + shift."""
+    z = s.astype(np.float64) * scale
+    if causal:
+        t = s.shape[-1]
+        z = np.where(np.tril(np.ones((t, t), bool), k=shift), z, -np.inf)
+    z = z - z.max(axis=axis, keepdims=True)
+    e = np.exp(z)
+    with np.errstate(invalid="ignore"):
+        return e / e.sum(axis=axis, keepdims=True)
+
+
+def check_softmax(got: np.ndarray, s: np.ndarray, scale: float, causal: bool, what: str) -> None:
+    try:
+        checks.assert_close(got, softmax_reference(s, scale, causal), rtol=1e-5, atol=1e-7, what=what)
+    except GradeError as err:
+        t = s.shape[-1]
+        if causal and t > 1:
+            future = np.triu(np.ones((t, t), bool), k=1)
+            leaked = (got[..., future] != 0) & ~np.isnan(got[..., future])
+            if leaked.any():
+                raise GradeError(f"{err}\n  query positions see the future: {int(leaked.sum())} probabilities above "
+                                 f"the diagonal (key j > query t) are not 0; query t may see keys 0..t only"
+                                 ) from None
+        candidates = [("the mask lets query t see key t + 1 (j <= t + 1): the future leaks", dict(shift=1)),
+                      ("the mask hides key t from query t itself (j < t): t sees 0..t", dict(shift=-1)),
+                      ("the probabilities are normalised over the wrong axis (each COLUMN sums to 1, not each "
+                       "row): a row of scores is one query's keys", dict(axis=-2)),
+                      ("the scale is missing: softmax(scale * s), scale = 1 / sqrt(D)", dict(scale_one=True))]
+        for note, kw in candidates:
+            if kw.get("shift") is not None and not causal:
+                continue
+            alt = softmax_reference(s, 1.0 if kw.pop("scale_one", False) else scale, causal, **kw)
+            with np.errstate(invalid="ignore"):
+                if np.allclose(got, np.nan_to_num(alt), rtol=1e-4, atol=1e-6):
+                    raise GradeError(f"{err}\n  {note}") from None
+        raise
+
+
+def device_softmax(s: np.ndarray, scale: float, causal: bool) -> np.ndarray:
+    probs = checks.poison(s.shape)
+    run(f"softmax_forward(scores of shape {s.shape}, scale={scale:g}, causal={causal})", "attention.cu",
+        "softmax_forward", lambda: module("attention.py").softmax_forward(dev(s), probs, scale, causal))
+    return checks.to_host(probs)
+
+
+@SOFTMAX
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("t", SEQUENCES)
+@pytest.mark.hint("a warp per row (query t of a matrix): max and sum of exp(scale (s - max)) over keys j <= t "
+                  "(causal), then every column written: the probability, or 0 for a masked key")
+def test_softmax_forward_values(t, causal):
+    s = (checks.rng("softmax", t, causal).standard_normal((3, t, t)) * 3).astype(np.float32)
+    scale = 1 / math.sqrt(16)
+    check_softmax(device_softmax(s, scale, causal), s, scale, causal,
+                  f"softmax_forward of 3 x ({t} x {t}) scores, causal={causal}")
+
+
+@SOFTMAX
+@pytest.mark.hint("subtract the row's maximum (over the visible keys) before exp: expf of 100 is already inf")
+def test_softmax_large_scores():
+    s = (checks.rng("softmax-large").standard_normal((2, 33, 33)) * 1e4).astype(np.float32)
+    got = device_softmax(s, 0.25, True)
+    if not np.all(np.isfinite(got)):
+        raise GradeError("softmax_forward of scores of size 1e4: non-finite probabilities (inf / inf or exp "
+                         "overflow): subtract the row's maximum first")
+    check_softmax(got, s, 0.25, True, "softmax_forward of scores of size 1e4")
+
+
+@SOFTMAX_BWD
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("t", SEQUENCES)
+@pytest.mark.hint("ds[j] = scale * p[j] * (dp[j] - sum_k p[k] dp[k]) over the visible keys, 0 at masked ones")
+def test_softmax_backward_values(t, causal):
+    r = checks.rng("softmax-backward", t, causal)
+    scale = 1 / math.sqrt(32)
+    p = softmax_reference(r.standard_normal((3, t, t)) * 3, scale, causal).astype(np.float32)
+    dp = r.standard_normal((3, t, t)).astype(np.float32)
+    ds = checks.poison((3, t, t))
+    run(f"softmax_backward(probs of shape {p.shape}, causal={causal})", "attention.cu", "softmax_backward",
+        lambda: module("attention.py").softmax_backward(dev(p), dev(dp), ds, scale, causal))
+    p64, dp64 = p.astype(np.float64), dp.astype(np.float64)
+    expected = scale * p64 * (dp64 - (p64 * dp64).sum(axis=-1, keepdims=True))
+    checks.assert_close(ds, expected, rtol=1e-4, atol=1e-6, what=f"softmax_backward, causal={causal}, T={t}")
+
+
+@pytest.mark.parametrize("kernel", ["softmax_forward", "softmax_backward"])
+@pytest.mark.hint("warps loop over the rows (a grid-stride loop counted in warps): any grid covers any rows")
+def test_softmax_kernels_any_grid(kernel):
+    r = checks.rng("softmax-grid", kernel)
+    t, scale = 29, 0.3
+    s = (r.standard_normal((5, t, t)) * 2).astype(np.float32)
+    p = softmax_reference(s, scale, True)
+    dp = r.standard_normal((5, t, t)).astype(np.float32)
+    out = checks.poison((5, t, t))
+    k = kernels.load_kernel("attention.cu", kernel)
+    rows = np.int64(5 * t)
+    what = f"{kernel} launched with 2 blocks of 64 threads for {5 * t} rows"
+    if kernel == "softmax_forward":
+        launch_checked(what, lambda: k((2,), (64,), (dev(s), out, rows, np.int32(t), np.float32(scale), np.int32(1))))
+        expected = p
+    else:
+        launch_checked(what, lambda: k((2,), (64,), (dev(p.astype(np.float32)), dev(dp), out, rows, np.int32(t),
+                                                      np.float32(scale), np.int32(1))))
+        p32 = p.astype(np.float32).astype(np.float64)
+        expected = scale * p32 * (dp - (p32 * dp).sum(axis=-1, keepdims=True))
+    with checks.grid_stride_advice(out, 2, 64):
+        checks.assert_close(out, expected, rtol=1e-4, atol=1e-6, what=what)
+
+
+# ---------------------------------------------------------------- heads
+
+HEADS = pytest.mark.kernel("attention.cu", "split_heads")
+# (B, T, H, D): head dims 16, 32, 64, sequences of 1 and primes, one head
+HEAD_SHAPES = [(1, 1, 1, 16), (2, 7, 4, 16), (3, 13, 2, 32), (2, 31, 3, 64), (1, 5, 1, 1)]
+
+
+@HEADS
+@pytest.mark.parametrize("b, t, h, d", HEAD_SHAPES, ids=lambda v: str(v))
+@pytest.mark.hint("out[b, h, t, d] = x[b, t, part * C + h * D + d] (split); merge writes the same places back and "
+                  "leaves the other parts' columns alone")
+def test_split_and_merge_heads(b, t, h, d):
+    am = module("attention.py")
+    c = h * d
+    x = checks.rng("heads", b, t, h, d).standard_normal((b, t, 3 * c)).astype(np.float32)
+    xd = dev(x)
+    for part in range(3):
+        out = checks.poison((b, h, t, d))
+        run(f"split_heads(x of shape {x.shape}, out of shape {(b, h, t, d)}, part={part})", "attention.cu",
+            "split_heads", lambda out=out, part=part: am.split_heads(xd, out, part))
+        expected = x[:, :, part * c:(part + 1) * c].reshape(b, t, h, d).transpose(0, 2, 1, 3)
+        checks.assert_bitwise_equal(out, np.ascontiguousarray(expected), what=f"split_heads, part {part}")
+        back = checks.poison((b, t, 3 * c))
+        run(f"merge_heads(y of shape {(b, h, t, d)}, out of shape {x.shape}, part={part})", "attention.cu",
+            "merge_heads", lambda out=out, back=back, part=part: am.merge_heads(out, back, part))
+        got = checks.to_host(back)
+        checks.assert_bitwise_equal(np.ascontiguousarray(got[:, :, part * c:(part + 1) * c]),
+                                    np.ascontiguousarray(x[:, :, part * c:(part + 1) * c]),
+                                    what=f"merge_heads, part {part}")
+        others = np.delete(got, np.s_[part * c:(part + 1) * c], axis=2)
+        if not checks.is_poison(others).all():
+            raise GradeError(f"merge_heads(part={part}) wrote outside part {part}'s columns "
+                             f"{part * c}..{(part + 1) * c - 1} of the rows")
+
+
+# ---------------------------------------------------------------- attention, through the framework
+
+
+def attention_reference(qkv: np.ndarray, n_head: int, grad_y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(y, grad_qkv) of causal multi-head attention in float64, from the formulas."""
+    b, t, width = qkv.shape
+    c = width // 3
+    d = c // n_head
+    heads = qkv.astype(np.float64).reshape(b, t, 3, n_head, d).transpose(2, 0, 3, 1, 4)  # (3, B, H, T, D)
+    q, k, v = heads
+    scale = 1 / math.sqrt(d)
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    s = np.where(np.tril(np.ones((t, t), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    y = (p @ v).transpose(0, 2, 1, 3).reshape(b, t, c)
+    gy = grad_y.astype(np.float64).reshape(b, t, n_head, d).transpose(0, 2, 1, 3)
+    dp = gy @ np.swapaxes(v, -1, -2)
+    dv = np.swapaxes(p, -1, -2) @ gy
+    ds = p * (dp - (p * dp).sum(-1, keepdims=True)) * scale
+    dq, dk = ds @ k, np.swapaxes(ds, -1, -2) @ q
+    grad = np.stack([dq, dk, dv]).transpose(1, 3, 0, 2, 4).reshape(b, t, 3 * c)
+    return y, grad
+
+
+@pytest.mark.kernel("attention.cu", "bmm")
+@pytest.mark.parametrize("b, t, h, d", [(1, 1, 1, 16), (2, 7, 2, 16), (2, 13, 4, 32), (1, 64, 2, 64),
+                                        (3, 31, 4, 16)], ids=lambda v: str(v))
+@pytest.mark.hint("ops.attention composes your kernels: split_heads, bmm (Q Kᵀ), softmax_forward, bmm (P V), "
+                  "merge_heads; its backward bmm with transposed operands and softmax_backward")
+def test_attention_forward_and_backward(b, t, h, d):
+    import minitorch
+    from minitorch import ops
+
+    r = checks.rng("attention", b, t, h, d)
+    qkv = r.standard_normal((b, t, 3 * h * d)).astype(np.float32)
+    g = r.standard_normal((b, t, h * d)).astype(np.float32)
+    what = f"causal attention of qkv (B={b}, T={t}, 3C) with {h} heads of {d}"
+    checks.reset_launches()
+    y, saved = launch_checked(what, lambda: ops.attention(minitorch.tensor(qkv), h))
+    grad = launch_checked(f"{what}: backward", lambda: ops.attention_backward(minitorch.tensor(g), saved))
+    for fn in ("bmm", "softmax_forward", "softmax_backward", "split_heads", "merge_heads"):
+        checks.require_launch("attention.cu", fn)
+    exp_y, exp_grad = attention_reference(qkv, h, g)
+    checks.assert_close(y, exp_y, rtol=1e-4, atol=1e-5, what=f"{what}: y")
+    checks.assert_close(grad, exp_grad, rtol=1e-3, atol=1e-4 * float(np.abs(exp_grad).max()),
+                        what=f"{what}: the gradient of qkv")
+
+
+@pytest.mark.kernel("attention.cu", "softmax_forward")
+@pytest.mark.hint("position t may only see positions 0..t: changing a later token must not change anything before it")
+def test_attention_is_causal():
+    import minitorch
+    from minitorch import ops
+
+    b, t, h, d = 2, 23, 2, 16
+    qkv = checks.rng("causal").standard_normal((b, t, 3 * h * d)).astype(np.float32)
+    y, _ = ops.attention(minitorch.tensor(qkv), h)
+    before = y.numpy()
+    for cut in (1, 10, t - 1):
+        changed = qkv.copy()
+        changed[:, cut:] = checks.rng("causal", cut).standard_normal(changed[:, cut:].shape) * 10
+        after = ops.attention(minitorch.tensor(changed), h)[0].numpy()
+        if not np.array_equal(after[:, :cut], before[:, :cut]):
+            pos = int(np.argwhere(after[:, :cut] != before[:, :cut])[0][1])
+            raise GradeError(f"causal attention: changing the tokens from position {cut} on changed the output at "
+                             f"position {pos} < {cut}: position {pos} sees the future")
+
+
+# ---------------------------------------------------------------- gradient clipping
+
+
+def grads_of(sizes: tuple, scale: float, *salt: object) -> list[np.ndarray]:
+    r = checks.rng("clip", sizes, scale, *salt)
+    return [(r.standard_normal(n) * scale).astype(np.float32) for n in sizes]
+
+
+def global_norm(arrays: list[np.ndarray]) -> float:
+    return math.sqrt(sum(float((a.astype(np.float64) ** 2).sum()) for a in arrays))
+
+
+def check_clipped(got: list[np.ndarray], original: list[np.ndarray], norm: float, max_norm: float, what: str) -> None:
+    coef = min(1.0, max_norm / (norm + 1e-6))
+    for i, (g, o) in enumerate(zip(got, original, strict=True)):
+        checks.assert_close(g, o.astype(np.float64) * coef, rtol=2e-5, atol=1e-7, what=f"{what}: gradient {i}")
+
+
+@pytest.mark.kernel("clip.cu", "sum_squares")
+@pytest.mark.parametrize("scale", [0.01, 1.0, 30.0])
+@pytest.mark.hint("norm = sqrt(sum of every gradient's squares), on the device; each g *= min(1, max_norm / "
+                  "(norm + 1e-6)), the coefficient read from device memory")
+def test_clip_grad_norm_values(scale):
+    import minitorch
+    from minitorch import optim
+
+    sizes = (1, 7, 257, 4099, 70001)
+    original = grads_of(sizes, scale)
+    params = [minitorch.zeros(n, requires_grad=True) for n in sizes]
+    for p, g in zip(params, original, strict=True):
+        p.grad = minitorch.tensor(g)
+    checks.reset_launches()
+    norm = launch_checked("optim.clip_grad_norm_", lambda: optim.clip_grad_norm_(params, 1.0))
+    for fn in ("sum_squares", "clip_coefficient", "scale_by"):
+        checks.require_launch("clip.cu", fn)
+    expected = global_norm(original)
+    if not abs(norm.item() - expected) <= 1e-5 * expected + 1e-12:
+        raise GradeError(f"clip_grad_norm_: the global norm is {norm.item()!r}, expected {expected!r} (float64)"
+                         + (" (NaN: was `total` zeroed and written?)" if math.isnan(norm.item()) else ""))
+    check_clipped([p.grad.numpy() for p in params], original, expected, 1.0, f"clip_grad_norm_ (norm {expected:.3g})")
+
+
+@pytest.mark.kernel("clip.cu", "scale_by")
+@pytest.mark.hint("the coefficient must be computed and read on the device: a captured step replays the kernels, "
+                  "and each replay clips by its own gradients' norm")
+def test_clip_in_a_captured_graph():
+    import minitorch
+    from minitorch import graph, optim
+
+    sizes = (33, 1000)
+    params = [minitorch.zeros(n, requires_grad=True) for n in sizes]
+    for p in params:
+        p.grad = minitorch.zeros(p.shape)
+    captured = launch_checked("graph.capture(clip_grad_norm_)",
+                              lambda: graph.capture(lambda: optim.clip_grad_norm_(params, 2.0)))
+    for scale in (0.01, 5.0, 0.5):
+        original = grads_of(sizes, scale, "graph")
+        for p, g in zip(params, original, strict=True):
+            p.grad.copy_from(g)
+        launch_checked("a replay of the captured clip", captured.replay)
+        expected = global_norm(original)
+        if not abs(captured.output.item() - expected) <= 1e-5 * expected:
+            raise GradeError(f"a replay of a captured clip_grad_norm_ gave the norm {captured.output.item()!r}, "
+                             f"expected {expected!r}: is the norm (or the coefficient) a host value frozen into the "
+                             f"capture?")
+        check_clipped([p.grad.numpy() for p in params], original, expected, 2.0,
+                      f"a replay of a captured clip_grad_norm_ (norm {expected:.3g})")
+
+
+@pytest.mark.parametrize("kernel", ["sum_squares", "scale_by"])
+@pytest.mark.hint("a grid-stride loop: any grid covers any n (sum_squares: one atomicAdd a block)")
+def test_clip_kernels_any_grid(kernel):
+    n = 9001
+    x = checks.rng("clip-grid", kernel).standard_normal(n).astype(np.float32)
+    k = kernels.load_kernel("clip.cu", kernel)
+    if kernel == "sum_squares":
+        total = backend.zeros(1)
+        launch_checked("sum_squares launched with 3 blocks of 64 threads",
+                       lambda: k((3,), (64,), (dev(x), total, np.int64(n))))
+        got, expected = float(checks.to_host(total)[0]), float((x.astype(np.float64) ** 2).sum())
+        if not abs(got - expected) <= 1e-5 * expected:
+            raise GradeError(f"sum_squares launched with 3 blocks of 64 threads over {n} elements: got {got!r}, "
+                             f"expected {expected!r}: a grid-stride loop covers any n")
+    else:
+        xd = dev(x)
+        launch_checked("scale_by launched with 3 blocks of 64 threads",
+                       lambda: k((3,), (64,), (xd, dev(np.array([0.5], np.float32)), np.int64(n))))
+        checks.assert_close(xd, x.astype(np.float64) * 0.5, rtol=0, what="scale_by launched with 3 blocks of 64")
+
+
+# ---------------------------------------------------------------- a block, and a captured training step
+
+
+@pytest.mark.kernel("layernorm.cu", "layernorm_backward")
+@pytest.mark.hint("every kernel of the block, forward and backward, through the framework: compare each one's "
+                  "own test first")
+def test_transformer_block_against_float64():
+    import minitorch
+    from minitorch import nn
+
+    r = checks.rng("block")
+    block = nn.TransformerBlock(32, 2, seed=3)
+    reference = nn.TransformerBlock(32, 2, device="cpu", dtype="float64", seed=3)
+    x = r.standard_normal((2, 11, 32)).astype(np.float32)
+    g = r.standard_normal((2, 11, 32)).astype(np.float32)
+    xd = minitorch.tensor(x, requires_grad=True)
+    xr = minitorch.tensor(x.astype(np.float64), device="cpu", dtype="float64", requires_grad=True)
+    y = launch_checked("TransformerBlock forward", lambda: block(xd))
+    launch_checked("TransformerBlock backward", lambda: y.backward(minitorch.tensor(g)))
+    yr = reference(xr)
+    yr.backward(minitorch.tensor(g.astype(np.float64), device="cpu", dtype="float64"))
+    checks.assert_close(y, yr.numpy(), rtol=1e-4, atol=1e-4, what="TransformerBlock output")
+    checks.assert_close(xd.grad, xr.grad.numpy(), rtol=1e-3, atol=1e-4 * float(np.abs(xr.grad.numpy()).max()),
+                        what="TransformerBlock: the gradient of x")
+    for (name, p), (_, pr) in zip(block.named_parameters(), reference.named_parameters(), strict=True):
+        expected = pr.grad.numpy()
+        checks.assert_close(p.grad, expected, rtol=1e-3, atol=1e-4 * float(np.abs(expected).max() or 1),
+                            what=f"TransformerBlock: the gradient of {name}")
+
+
+@pytest.mark.kernel("clip.cu", "scale_by")
+@pytest.mark.hint("a replay of the captured step must do exactly what the eager step does: nothing computed on "
+                  "the host during the capture (the clip coefficient, the step count) may be frozen into it")
+def test_captured_training_step_replays_the_eager_steps():
+    import minitorch
+    from minitorch import functional, graph, nn, optim
+
+    vocab, t, b = 11, 8, 3
+    models = [nn.GPT(vocab, t, d_model=16, n_head=2, n_layer=1, seed=5) for _ in range(2)]
+    opts = [optim.AdamW(m.parameters(), lr=3e-2, weight_decay=0.01) for m in models]
+    xs = [minitorch.zeros((b, t), dtype="int32") for _ in range(2)]
+    ys = [minitorch.zeros((b, t), dtype="int32") for _ in range(2)]
+
+    def step(i: int):
+        loss = functional.cross_entropy(models[i](xs[i]).reshape(b * t, vocab), ys[i].reshape(b * t))
+        opts[i].zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(models[i].parameters(), 0.5)
+        opts[i].step()
+        return loss
+
+    captured = launch_checked("graph.capture(training step)", lambda: graph.capture(partial(step, 1)))
+    r = checks.rng("captured-step")
+    for k in range(3):
+        x, y = r.integers(0, vocab, (b, t)), r.integers(0, vocab, (b, t))
+        for buf in (xs, ys):
+            for i in range(2):
+                buf[i].copy_from((x if buf is xs else y).astype(np.int32))
+        eager = launch_checked(f"eager step {k}", lambda: step(0)).item()
+        launch_checked(f"replay {k}", captured.replay)
+        replayed = captured.output.item()
+        if not abs(eager - replayed) <= 1e-5 * abs(eager):
+            raise GradeError(f"step {k}: the eager step's loss is {eager!r}, the captured step's {replayed!r}")
+    for (name, p0), (_, p1) in zip(models[0].named_parameters(), models[1].named_parameters(), strict=True):
+        checks.assert_close(p1, p0.numpy(), rtol=1e-4, atol=1e-6,
+                            what=f"{name} after 3 captured steps vs 3 eager steps")
+
+
+# ---------------------------------------------------------------- the launchers
+
+
+@pytest.mark.hint("check the arguments before launching: TypeError for a wrong dtype or a host array, ValueError "
+                  "for a wrong shape, naming what was expected and what came")
+def test_launchers_reject_bad_arguments():
+    f32 = partial(np.zeros, dtype=np.float32)
+    gm, lm, em, am, cm = (module(n) for n in ("gelu.py", "layernorm.py", "embedding.py", "attention.py", "clip.py"))
+    e = checks.expect_error
+    e("gelu_forward with out of another shape", lambda: gm.gelu_forward(dev(f32(5)), dev(f32(4))), ValueError,
+      "(5,)", "(4,)")
+    e("gelu_backward with a float64 grad_out", lambda: gm.gelu_backward(dev(f32(5)), dev(np.zeros(5)), dev(f32(5))),
+      TypeError, "float64")
+    e("gelu_forward of a NumPy array", lambda: gm.gelu_forward(f32(5), dev(f32(5))), TypeError, "numpy")
+    x = dev(f32((4, 6)))
+    e("layernorm_forward with weight of 5 columns",
+      lambda: lm.layernorm_forward(x, dev(f32(5)), dev(f32(6)), dev(f32((4, 6))), dev(f32(4)), dev(f32(4))),
+      ValueError, "(6,)", "(5,)")
+    e("layernorm_forward with mean of 6 rows",
+      lambda: lm.layernorm_forward(x, dev(f32(6)), dev(f32(6)), dev(f32((4, 6))), dev(f32(6)), dev(f32(4))),
+      ValueError, "(4,)", "(6,)")
+    e("layernorm_forward of a 1-D x",
+      lambda: lm.layernorm_forward(dev(f32(6)), dev(f32(6)), dev(f32(6)), dev(f32(6)), dev(f32(1)), dev(f32(1))),
+      ValueError, "(6,)")
+    e("layernorm_backward with grad_x of another shape",
+      lambda: lm.layernorm_backward(x, x, dev(f32(6)), dev(f32(4)), dev(f32(4)), dev(f32((6, 4))), dev(f32(6)),
+                                    dev(f32(6))), ValueError, "(4, 6)", "(6, 4)")
+    table = dev(f32((10, 3)))
+    e("embedding_forward with float32 ids", lambda: em.embedding_forward(dev(f32(4)), table, dev(f32((4, 3)))),
+      TypeError, "int32", "float32")
+    e("embedding_forward into out of the wrong shape",
+      lambda: em.embedding_forward(dev(np.zeros(4, np.int32)), table, dev(f32((4, 2)))), ValueError, "(4, 3)",
+      "(4, 2)")
+    e("embedding_backward with grad_out of the wrong shape",
+      lambda: em.embedding_backward(dev(np.zeros(4, np.int32)), dev(f32((5, 3))), table), ValueError, "(4, 3)",
+      "(5, 3)")
+    e("bmm with inner dimensions that differ",
+      lambda: am.bmm(dev(f32((2, 3, 4))), dev(f32((2, 5, 6))), dev(f32((2, 3, 6)))), ValueError, "(2, 3, 4)",
+      "(2, 5, 6)")
+    e("bmm with batches that differ",
+      lambda: am.bmm(dev(f32((2, 3, 4))), dev(f32((3, 4, 6))), dev(f32((2, 3, 6)))), ValueError, "(3, 4, 6)")
+    e("bmm into out of the wrong shape",
+      lambda: am.bmm(dev(f32((2, 3, 4))), dev(f32((2, 4, 6))), dev(f32((2, 6, 3)))), ValueError, "(2, 3, 6)",
+      "(2, 6, 3)")
+    e("bmm of 2-D arrays", lambda: am.bmm(dev(f32((3, 4))), dev(f32((4, 6))), dev(f32((3, 6)))), ValueError,
+      "(3, 4)")
+    e("causal softmax_forward of (2, 3, 4) scores",
+      lambda: am.softmax_forward(dev(f32((2, 3, 4))), dev(f32((2, 3, 4))), 1.0, True), ValueError, "(2, 3, 4)")
+    e("softmax_backward with grad_scores of another shape",
+      lambda: am.softmax_backward(dev(f32((2, 3, 3))), dev(f32((2, 3, 3))), dev(f32((2, 3, 4))), 1.0),
+      ValueError, "(2, 3, 3)", "(2, 3, 4)")
+    e("split_heads of part 3 of rows of 3 parts",
+      lambda: am.split_heads(dev(f32((2, 5, 12))), dev(f32((2, 2, 5, 2))), 3), ValueError, "12")
+    e("split_heads into heads of another sequence length",
+      lambda: am.split_heads(dev(f32((2, 5, 12))), dev(f32((2, 2, 4, 2))), 0), ValueError, "(2, 2, 5, 2)",
+      "(2, 2, 4, 2)")
+    e("sum_squares into a total of 2 elements", lambda: cm.sum_squares(dev(f32(5)), dev(f32(2))), ValueError, "2")
+    e("clip_coefficient with max_norm 0",
+      lambda: cm.clip_coefficient(dev(f32(1)), dev(f32(1)), dev(f32(1)), 0.0), ValueError, "max_norm")
+    e("scale_by of a float64 x", lambda: cm.scale_by(dev(np.zeros(5)), dev(f32(1))), TypeError, "float64")
+
+
+def _replay_case(name: str) -> tuple[str, Any, tuple, tuple, tuple]:
+    """(what, call, inputs, outputs, in_place) of one launcher call on fresh data."""
+    r = checks.rng("replay", name)
+    normal = lambda *shape: dev(r.standard_normal(shape).astype(np.float32))  # noqa: E731
+    gm, lm, em, am, cm = (module(n) for n in ("gelu.py", "layernorm.py", "embedding.py", "attention.py", "clip.py"))
+    if name == "gelu_forward":
+        x, out = normal(3001), checks.poison(3001)
+        return name, partial(gm.gelu_forward, x, out), (x,), (out,), ()
+    if name == "gelu_backward":
+        x, g, out = normal(3001), normal(3001), checks.poison(3001)
+        return name, partial(gm.gelu_backward, x, g, out), (x, g), (out,), ()
+    if name == "layernorm_forward":
+        x, w, b = normal(70, 33), normal(33), normal(33)
+        out, mean, rstd = checks.poison((70, 33)), checks.poison(70), checks.poison(70)
+        return name, partial(lm.layernorm_forward, x, w, b, out, mean, rstd, 1e-5), (x, w, b), (out, mean, rstd), ()
+    if name == "layernorm_backward":
+        x, w, b, g = normal(70, 33), normal(33), normal(33), normal(70, 33)
+        mean, rstd = backend.empty(70), backend.empty(70)
+        lm.layernorm_forward(x, w, b, backend.empty((70, 33)), mean, rstd, 1e-5)
+        dx, dw, db = checks.poison((70, 33)), checks.poison(33), checks.poison(33)
+        return name, partial(lm.layernorm_backward, g, x, w, mean, rstd, dx, dw, db), (g, x, w, mean, rstd), (
+            dx, dw, db), ()
+    if name == "embedding_forward":
+        ids, table, out = dev(r.integers(0, 9, 40).astype(np.int32)), normal(9, 5), checks.poison((40, 5))
+        return name, partial(em.embedding_forward, ids, table, out), (ids, table), (out,), ()
+    if name == "embedding_backward":
+        ids, g, grad = dev(r.integers(0, 9, 40).astype(np.int32)), normal(40, 5), checks.poison((9, 5))
+        return name, partial(em.embedding_backward, ids, g, grad), (ids, g), (grad,), ()
+    if name == "bmm":
+        a, b, out = normal(3, 17, 9), normal(3, 11, 9), checks.poison((3, 17, 11))
+        return name, partial(am.bmm, a, b, out, False, True), (a, b), (out,), ()
+    if name == "softmax_forward":
+        s, p = normal(3, 17, 17), checks.poison((3, 17, 17))
+        return name, partial(am.softmax_forward, s, p, 0.5, True), (s,), (p,), ()
+    if name == "softmax_backward":
+        p = dev(softmax_reference(r.standard_normal((3, 17, 17)), 0.5, True).astype(np.float32))
+        dp, ds = normal(3, 17, 17), checks.poison((3, 17, 17))
+        return name, partial(am.softmax_backward, p, dp, ds, 0.5, True), (p, dp), (ds,), ()
+    if name == "split_heads":
+        x, out = normal(2, 9, 24), checks.poison((2, 2, 9, 4))
+        return name, partial(am.split_heads, x, out, 1), (x,), (out,), ()
+    if name == "merge_heads":
+        y, out = normal(2, 2, 9, 4), normal(2, 9, 8)
+        return name, partial(am.merge_heads, y, out, 0), (y,), (), (out,)
+    if name == "sum_squares":
+        x, total = normal(5001), dev(np.array([1.5], np.float32))
+        return name, partial(cm.sum_squares, x, total), (x,), (), (total,)
+    if name == "scale_by":
+        x, coef = normal(5001), dev(np.array([0.25], np.float32))
+        return name, partial(cm.scale_by, x, coef), (coef,), (), (x,)
+    raise KeyError(name)
+
+
+@pytest.mark.parametrize("launcher", ["gelu_forward", "gelu_backward", "layernorm_forward", "layernorm_backward",
+                                      "embedding_forward", "embedding_backward", "bmm", "softmax_forward",
+                                      "softmax_backward", "split_heads", "merge_heads", "sum_squares", "scale_by"])
+@pytest.mark.hint("compute the result with your kernels, on the device: nothing computed with NumPy, CuPy or "
+                  "PyTorch and copied in after (or instead of) the launch")
+def test_results_come_from_your_kernels(launcher):
+    what, call, inputs, outputs, in_place = _replay_case(launcher)
+    checks.assert_computed_on_device(what, call, inputs=inputs, outputs=outputs, in_place=in_place, rtol=1e-5,
+                                     atol=1e-6)
+
+
+# ---------------------------------------------------------------- performance (GPU only)
+
+
+def _gpu():
+    if not checks.gpu_available():
+        pytest.skip("not measured (no GPU)")
+    import cupy
+
+    return cupy
+
+
+def _copy_reference(cupy, nbytes_each: int):
+    src, dst = cupy.empty(nbytes_each // 4, np.float32), cupy.empty(nbytes_each // 4, np.float32)
+    return lambda: cupy.copyto(dst, src)
+
+
+PERF_ROWS, PERF_COLS = 16384, 768  # GPT-2's width, 16 sequences of 1,024 tokens: 48 MiB a matrix
+
+
+@LN_FWD
+@pytest.mark.perf
+@pytest.mark.hint("a warp per row reads each row once from DRAM (its second and third passes hit the cache): enough "
+                  "rows in flight to fill the GPU, coalesced loads")
+def test_perf_layernorm_forward_against_copy(record_property):
+    cupy = _gpu()
+    rows, cols = PERF_ROWS, PERF_COLS
+    x = cupy.random.RandomState(0).standard_normal((rows, cols), dtype=np.float32)
+    w, b = cupy.ones(cols, np.float32), cupy.zeros(cols, np.float32)
+    out, mean, rstd = cupy.empty_like(x), cupy.empty(rows, np.float32), cupy.empty(rows, np.float32)
+    lm = module("layernorm.py")
+    nbytes = 8 * rows * cols  # x read, out written
+    checks.perf_ratio(f"layernorm_forward {rows} x {cols}", lambda: lm.layernorm_forward(x, w, b, out, mean, rstd),
+                      _copy_reference(cupy, 4 * rows * cols), nbytes, "phase7.layernorm_forward", record_property,
+                      reference_name="cupy.copyto (bytes read + written)")
+
+
+@LN_BWD
+@pytest.mark.perf
+@pytest.mark.hint("grad_out and x are read once, grad_x written once; the parameter sums go through shared memory, "
+                  "one partial row per block")
+def test_perf_layernorm_backward_against_copy(record_property):
+    cupy = _gpu()
+    rows, cols = PERF_ROWS, PERF_COLS
+    rs = cupy.random.RandomState(1)
+    x, g = rs.standard_normal((rows, cols), dtype=np.float32), rs.standard_normal((rows, cols), dtype=np.float32)
+    w, b = cupy.ones(cols, np.float32), cupy.zeros(cols, np.float32)
+    mean, rstd = cupy.empty(rows, np.float32), cupy.empty(rows, np.float32)
+    lm = module("layernorm.py")
+    lm.layernorm_forward(x, w, b, cupy.empty_like(x), mean, rstd)
+    dx, dw, db = cupy.empty_like(x), cupy.empty(cols, np.float32), cupy.empty(cols, np.float32)
+    nbytes = 12 * rows * cols  # grad_out and x read, grad_x written
+    checks.perf_ratio(f"layernorm_backward {rows} x {cols}",
+                      lambda: lm.layernorm_backward(g, x, w, mean, rstd, dx, dw, db),
+                      _copy_reference(cupy, 6 * rows * cols), nbytes, "phase7.layernorm_backward", record_property,
+                      reference_name="cupy.copyto (bytes read + written)")
+
+
+@SOFTMAX
+@pytest.mark.perf
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.hint("a warp per row, loads coalesced, the row's second and third passes from the cache; enough "
+                  "rows in flight to fill the GPU")
+def test_perf_softmax_forward_against_copy(causal, record_property):
+    cupy = _gpu()
+    bh, t = 64, 1024  # 64 M floats: 256 MiB of scores
+    s = cupy.random.RandomState(2).standard_normal((bh, t, t), dtype=np.float32)
+    p = cupy.empty_like(s)
+    am = module("attention.py")
+    n = bh * t * t
+    read = bh * t * (t + 1) // 2 if causal else n  # a causal row reads its visible keys only
+    key = "phase7.softmax_forward" if not causal else "phase7.softmax_forward_causal"
+    checks.perf_ratio(f"softmax_forward {bh} x {t} x {t}{' causal' if causal else ''}",
+                      lambda: am.softmax_forward(s, p, 0.125, causal), _copy_reference(cupy, 4 * n),
+                      4 * (read + n), key, record_property, reference_name="cupy.copyto (bytes read + written)",
+                      reference_nbytes=8 * n)
+
+
+@pytest.mark.kernel("attention.cu", "bmm")
+@pytest.mark.perf
+@pytest.mark.parametrize("b, h, t, d", [(64, 4, 64, 16), (4, 8, 1024, 64)], ids=["model", "long"])
+@pytest.mark.hint("reported, not required: materialised attention (Q Kᵀ, softmax, P V) against PyTorch's fused "
+                  "scaled_dot_product_attention; Phase 8's FlashAttention closes the gap")
+def test_perf_attention_against_pytorch_sdpa(b, h, t, d, record_property):
+    cupy = _gpu()
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("not measured (PyTorch is not installed)")
+    if not torch.cuda.is_available():
+        pytest.skip("not measured (PyTorch has no CUDA)")
+    import minitorch
+    from minitorch import ops
+
+    qkv = minitorch.tensor(cupy.asnumpy(cupy.random.RandomState(3).standard_normal((b, t, 3 * h * d),
+                                                                                 dtype=np.float32)))
+    q, k, v = (torch.randn(b, h, t, d, device="cuda") for _ in range(3))
+    flops = 4 * b * h * t * t * d  # Q Kᵀ and P V, as the FlashAttention papers count (causal or not)
+    checks.perf_ratio(f"causal attention forward B={b} H={h} T={t} D={d}", lambda: ops.attention(qkv, h),
+                      lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True), flops,
+                      "phase7.attention_vs_sdpa", record_property, unit="GFLOP/s",
+                      reference_name="torch scaled_dot_product_attention (fp32)")

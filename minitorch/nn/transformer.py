@@ -1,0 +1,248 @@
+"""Transformer layers (Phase 7): ``Embedding``, ``LayerNorm``, ``GELU``, causal ``MultiHeadAttention``, the
+pre-norm ``TransformerBlock`` and a character-level ``GPT`` with PyTorch's calling conventions:
+``logits = model(idx)`` for int32 token ids idx (B, T), ``model.generate(idx, n, temperature)``.
+
+Initial values follow PyTorch's defaults (so a model of the same shape trains alike): embeddings N(0, 1),
+Linear layers uniform in ±1/sqrt(in_features), LayerNorm weight 1 and bias 0. A model made with one seed
+has the same initial values on every device.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from minitorch import backend, functional, ops
+from minitorch.autograd import no_grad
+from minitorch.nn.linear import Linear
+from minitorch.nn.module import Module, ModuleList
+from minitorch.tensor import INDEX, DTypeLike, Tensor, _check_device, check_dtype, from_numpy
+
+__all__ = ["GELU", "GPT", "Embedding", "LayerNorm", "MultiHeadAttention", "TransformerBlock", "sample_next"]
+
+
+def _positive(cls: str, **values: Any) -> None:
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{cls}: {name} must be a positive integer, got {value!r}")
+
+
+def _parameter(values: np.ndarray, device: str) -> Tensor:
+    return Tensor(backend.get_backend(device).asarray(np.ascontiguousarray(values)), device, requires_grad=True)
+
+
+class Embedding(Module):
+    """A table of ``num_embeddings`` rows of ``embedding_dim`` values: ``emb(idx)`` is ``weight[idx]`` for int32
+    ids of any shape (idx.shape + (embedding_dim,)). Initial values N(0, 1), drawn from ``seed``."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, *, device: str | None = None,
+                 dtype: DTypeLike = None, seed: int | None = None) -> None:
+        _positive("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        device = _check_device(device)
+        dt = check_dtype(dtype, device)
+        values = np.random.default_rng(seed).standard_normal((num_embeddings, embedding_dim)).astype(dt)
+        self.weight = _parameter(values, device)
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return functional.embedding(idx, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class LayerNorm(Module):
+    """Normalises the last dimension (of size ``dim``) to mean 0 and variance 1, then scales and shifts it by
+    a learned weight (initially 1) and bias (initially 0)."""
+
+    def __init__(self, dim: int, eps: float = 1e-5, *, device: str | None = None, dtype: DTypeLike = None) -> None:
+        _positive("LayerNorm", dim=dim)
+        if not eps > 0:
+            raise ValueError(f"LayerNorm: eps must be > 0, got {eps!r}")
+        self.dim, self.eps = int(dim), float(eps)
+        device = _check_device(device)
+        dt = check_dtype(dtype, device)
+        self.weight = _parameter(np.ones(dim, dt), device)
+        self.bias = _parameter(np.zeros(dim, dt), device)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not isinstance(x, Tensor) or x.ndim < 1 or x.shape[-1] != self.dim:
+            got = x.shape if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"LayerNorm({self.dim}) expects an input of shape (..., {self.dim}), got {got}")
+        return functional.layer_norm(x, self.weight, self.bias, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps:g}"
+
+
+class GELU(Module):
+    """GELU in GPT-2's tanh approximation."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return functional.gelu(x)
+
+
+class MultiHeadAttention(Module):
+    """Causal multi-head self-attention of x (B, T, d_model): one Linear makes Q | K | V (``c_attn``, d_model
+    -> 3 d_model), ``n_head`` heads of d_model / n_head columns attend, each position to itself and the
+    positions before it, and ``c_proj`` mixes the merged heads."""
+
+    def __init__(self, d_model: int, n_head: int, *, device: str | None = None, dtype: DTypeLike = None,
+                 seed: int | None = None) -> None:
+        _positive("MultiHeadAttention", d_model=d_model, n_head=n_head)
+        if d_model % n_head:
+            raise ValueError(f"MultiHeadAttention: d_model = {d_model} must be a multiple of n_head = {n_head}")
+        self.d_model, self.n_head = int(d_model), int(n_head)
+        seeds = np.random.default_rng(seed).integers(0, 2**31, 2)
+        self.c_attn = Linear(d_model, 3 * d_model, device=device, dtype=dtype, seed=int(seeds[0]))
+        self.c_proj = Linear(d_model, d_model, device=device, dtype=dtype, seed=int(seeds[1]))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != self.d_model:
+            got = x.shape if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"MultiHeadAttention(d_model={self.d_model}) expects x of shape (B, T, {self.d_model}), "
+                             f"got {got}")
+        return self.c_proj(functional.causal_self_attention(self.c_attn(x), self.n_head))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_head={self.n_head}"
+
+
+class TransformerBlock(Module):
+    """A pre-norm block: x + attn(ln1(x)), then x + proj(gelu(fc(ln2(x)))), fc widening to 4 d_model."""
+
+    def __init__(self, d_model: int, n_head: int, *, device: str | None = None, dtype: DTypeLike = None,
+                 seed: int | None = None) -> None:
+        seeds = np.random.default_rng(seed).integers(0, 2**31, 3)
+        self.ln1 = LayerNorm(d_model, device=device, dtype=dtype)
+        self.attn = MultiHeadAttention(d_model, n_head, device=device, dtype=dtype, seed=int(seeds[0]))
+        self.ln2 = LayerNorm(d_model, device=device, dtype=dtype)
+        self.fc = Linear(d_model, 4 * d_model, device=device, dtype=dtype, seed=int(seeds[1]))
+        self.gelu = GELU()
+        self.proj = Linear(4 * d_model, d_model, device=device, dtype=dtype, seed=int(seeds[2]))
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = x + self.attn(self.ln1(x))
+        return x + self.proj(self.gelu(self.fc(self.ln2(x))))
+
+
+class GPT(Module):
+    """A GPT over a vocabulary of ``vocab_size`` tokens and contexts of up to ``block_size`` positions:
+    token and position embeddings, ``n_layer`` TransformerBlocks, a final LayerNorm and a Linear head.
+
+    ``model(idx)``, idx int32 (B, T) with T <= block_size, returns the logits (B, T, vocab_size) of the token
+    that follows each position. Parameters are named as the attributes: ``wte``, ``wpe``, ``blocks.<i>.…``,
+    ``ln_f``, ``lm_head``.
+    """
+
+    def __init__(self, vocab_size: int, block_size: int, d_model: int = 64, n_head: int = 4, n_layer: int = 2, *,
+                 device: str | None = None, dtype: DTypeLike = None, seed: int | None = 0) -> None:
+        _positive("GPT", vocab_size=vocab_size, block_size=block_size, d_model=d_model, n_head=n_head,
+                  n_layer=n_layer)
+        self.vocab_size, self.block_size = int(vocab_size), int(block_size)
+        self.d_model, self.n_head, self.n_layer = int(d_model), int(n_head), int(n_layer)
+        seeds = [int(s) for s in np.random.default_rng(seed).integers(0, 2**31, n_layer + 3)]
+        kw = {"device": device, "dtype": dtype}
+        self.wte = Embedding(vocab_size, d_model, seed=seeds[0], **kw)
+        self.wpe = Embedding(block_size, d_model, seed=seeds[1], **kw)
+        self.blocks = ModuleList(TransformerBlock(d_model, n_head, seed=seeds[3 + i], **kw) for i in range(n_layer))
+        self.ln_f = LayerNorm(d_model, **kw)
+        self.lm_head = Linear(d_model, vocab_size, seed=seeds[2], **kw)
+        # The position ids 0..T-1, made once per (device, T): a captured step may not copy them in.
+        self._position_ids: dict[tuple[str, int], Tensor] = {}
+        self._positions(self.block_size)
+
+    @property
+    def config(self) -> dict[str, int]:
+        return {"vocab_size": self.vocab_size, "block_size": self.block_size, "d_model": self.d_model,
+                "n_head": self.n_head, "n_layer": self.n_layer}
+
+    def _positions(self, t: int) -> Tensor:
+        device = self.wpe.weight.device
+        ids = self._position_ids.get((device, t))
+        if ids is None:
+            ids = self._position_ids[(device, t)] = from_numpy(np.arange(t, dtype=INDEX), device)
+        return ids
+
+    def to(self, device: str) -> GPT:
+        super().to(device)
+        self._positions(self.block_size)
+        return self
+
+    def _embed(self, idx: Tensor) -> Tensor:
+        """Token plus position embeddings of idx (B, T): (B, T, d_model)."""
+        if not isinstance(idx, Tensor) or idx.dtype != INDEX or idx.ndim != 2:
+            got = f"{idx.dtype} {idx.shape}" if isinstance(idx, Tensor) else type(idx).__name__
+            raise TypeError(f"GPT expects int32 token ids of shape (B, T) (minitorch.tensor(ids, dtype='int32')), "
+                            f"got {got}")
+        batch, t = idx.shape
+        if not 1 <= t <= self.block_size:
+            raise ValueError(f"GPT: a context of 1 to block_size = {self.block_size} positions, got T = {t}")
+        c = self.d_model
+        tok = self.wte(idx)                                  # (B, T, C)
+        pos = self.wpe(self._positions(t))                   # (T, C), the same for every sequence
+        return (tok.reshape(batch, t * c) + pos.reshape(t * c)).reshape(batch, t, c)  # a bias of T*C values
+
+    def forward(self, idx: Tensor) -> Tensor:
+        x = self._embed(idx)
+        for block in self.blocks:
+            x = block(x)
+        return self.lm_head(self.ln_f(x))                    # (B, T, vocab)
+
+    def attention_maps(self, idx: Tensor) -> list[np.ndarray]:
+        """The attention probabilities of every layer for idx (B, T): one host array (B, n_head, T, T) per
+        layer, row t the weights query t gives keys 0..t (not recorded for autograd)."""
+        with no_grad():
+            x = self._embed(idx)
+            maps = []
+            for block in self.blocks:
+                _, saved = ops.attention(block.attn.c_attn(block.ln1(x)), self.n_head)
+                maps.append(saved[3].numpy().reshape(idx.shape[0], self.n_head, idx.shape[1], idx.shape[1]))
+                x = block(x)
+        return maps
+
+    def generate(self, idx: Any, n: int, temperature: float = 1.0, *, seed: int | None = None) -> Tensor:
+        """``idx`` (B, T0) followed by ``n`` sampled tokens: (B, T0 + n) int32 ids on the model's device.
+
+        Each new token is drawn from softmax(logits / temperature) of the last position, the context cropped
+        to the last block_size tokens; ``temperature=0`` takes the most likely token. Sampling runs on the
+        host from ``seed`` (NumPy), in float64.
+        """
+        ids = idx.numpy() if isinstance(idx, Tensor) else np.asarray(idx)
+        if ids.ndim == 1:
+            ids = ids[None, :]
+        if ids.ndim != 2 or ids.shape[1] < 1 or ids.dtype.kind not in "iu":
+            raise ValueError(f"generate: idx must be integer ids of shape (B, T0) with T0 >= 1, got "
+                             f"{ids.dtype} {ids.shape}")
+        if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_size):
+            raise ValueError(f"generate: ids must be in [0, {self.vocab_size}), got {ids.min()} to {ids.max()}")
+        if not (isinstance(n, (int, np.integer)) and n >= 0):
+            raise ValueError(f"generate: n must be a non-negative integer, got {n!r}")
+        if not (temperature >= 0 and math.isfinite(temperature)):
+            raise ValueError(f"generate: temperature must be >= 0, got {temperature!r}")
+        device = self.wte.weight.device
+        rng = np.random.default_rng(seed)
+        ids = ids.astype(INDEX)
+        with no_grad():
+            for _ in range(n):
+                context = from_numpy(np.ascontiguousarray(ids[:, -self.block_size:]), device)
+                logits = self(context).numpy()[:, -1, :].astype(np.float64)
+                ids = np.concatenate([ids, sample_next(logits, temperature, rng)[:, None]], axis=1)
+        return from_numpy(ids, device)
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.config.items())
+
+
+def sample_next(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> np.ndarray:
+    """One id per row of logits (B, vocab): argmax when temperature is 0, else a draw from
+    softmax(logits / temperature) by inverting its cumulative sum at one uniform number per row."""
+    if temperature == 0:
+        return np.argmax(logits, axis=1).astype(INDEX)
+    z = logits / temperature
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    cdf = np.cumsum(p / p.sum(axis=1, keepdims=True), axis=1)
+    u = rng.random(len(logits))
+    return np.minimum((cdf < u[:, None]).sum(axis=1), logits.shape[1] - 1).astype(INDEX)

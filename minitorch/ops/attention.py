@@ -1,0 +1,162 @@
+"""The pieces of causal self-attention (Phase 7's ``attention.cu``), and attention made of them.
+
+- ``bmm``: a batch of matrix products, operands optionally transposed (read in place on cuda/emu);
+- ``attention_softmax`` / ``attention_softmax_backward``: scale, causal mask and softmax over the last
+  dimension, fused;
+- ``split_heads`` / ``merge_heads``: (B, T, parts * C) rows <-> (B, H, T, D) heads, C = H * D;
+- ``attention`` / ``attention_backward``: Y = softmax(Q Kᵀ / sqrt(D), causal) V for every head, from the
+  fused projection qkv (B, T, 3C) (Q, K, V side by side) to y (B, T, C), and back.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch, real
+from minitorch.ops.shape import reshape
+from minitorch.tensor import Tensor
+
+
+def _ndim(op: str, name: str, t: Tensor, ndim: int, what: str) -> tuple[int, ...]:
+    if t.ndim != ndim:
+        raise ValueError(f"{op}: `{name}` must be a {ndim}-D tensor {what}, got shape {t.shape}")
+    return t.shape
+
+
+def bmm(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
+    """out[i] = op(a[i]) @ op(b[i]): (batch, M, K) @ (batch, K, N) -> (batch, M, N); with transpose_a, a is
+    stored (batch, K, M), with transpose_b, b is stored (batch, N, K)."""
+    device, dtype = check_tensors("bmm", a=a, b=b)
+    _ndim("bmm", "a", a, 3, "(batch, M, K)")
+    _ndim("bmm", "b", b, 3, "(batch, K, N)")
+    batch, m, k = (a.shape[0], a.shape[2], a.shape[1]) if transpose_a else a.shape
+    k2, n = (b.shape[2], b.shape[1]) if transpose_b else b.shape[1:]
+    if b.shape[0] != batch or k != k2:
+        raise ValueError(f"bmm: op(a) is ({batch}, {m}, {k}) (a has shape {a.shape}), so op(b) must be "
+                         f"({batch}, {k}, N); got b of shape {b.shape}{' (transposed)' if transpose_b else ''}")
+    if device == "cpu":
+        av = np.swapaxes(a.data, 1, 2) if transpose_a else a.data
+        bv = np.swapaxes(b.data, 1, 2) if transpose_b else b.data
+        return cpu_result(np.matmul(av, bv), dtype)
+    out = empty(device, (batch, m, n))
+    if out.size:
+        launch(device, "attention.py", "bmm", a.data, b.data, out, transpose_a, transpose_b)
+    return Tensor(out, device)
+
+
+def _check_square(op: str, t: Tensor, causal: bool) -> None:
+    if t.ndim < 1 or (causal and (t.ndim < 2 or t.shape[-1] != t.shape[-2])):
+        raise ValueError(f"{op}: causal scores must end in two equal dimensions (T, T) (query, key), "
+                         f"got shape {t.shape}")
+
+
+def attention_softmax(scores: Tensor, scale: float = 1.0, *, causal: bool = True) -> Tensor:
+    """softmax(scale * scores) over the last dimension; with ``causal``, scores ends in (T, T) and query t
+    sees keys 0..t only (the rest get probability 0)."""
+    device, dtype = check_tensors("attention_softmax", scores=scores)
+    scale = real("attention_softmax", "scale", scale)
+    _check_square("attention_softmax", scores, causal)
+    if device == "cpu":
+        z = scores.data * dtype.type(scale)
+        if causal:
+            t = scores.shape[-1]
+            z = np.where(np.tril(np.ones((t, t), bool)), z, dtype.type(-np.inf))
+        e = np.exp(z - z.max(axis=-1, keepdims=True))
+        return cpu_result(e / e.sum(axis=-1, keepdims=True), dtype)
+    out = empty(device, scores.shape)
+    if scores.size:
+        launch(device, "attention.py", "softmax_forward", scores.data, out, scale, causal)
+    return Tensor(out, device)
+
+
+def attention_softmax_backward(probs: Tensor, grad_probs: Tensor, scale: float = 1.0, *,
+                               causal: bool = True) -> Tensor:
+    """The gradient of the scores: scale * p * (dp - sum(p * dp)) per row (0 where masked)."""
+    device, dtype = check_tensors("attention_softmax_backward", probs=probs, grad_probs=grad_probs)
+    scale = real("attention_softmax_backward", "scale", scale)
+    if grad_probs.shape != probs.shape:
+        raise ValueError(f"attention_softmax_backward: `grad_probs` must have the shape of probs, {probs.shape}; "
+                         f"got {grad_probs.shape}")
+    _check_square("attention_softmax_backward", probs, causal)
+    if device == "cpu":
+        p, dp = probs.data, grad_probs.data
+        return cpu_result(dtype.type(scale) * p * (dp - (p * dp).sum(axis=-1, keepdims=True)), dtype)
+    out = empty(device, probs.shape)
+    if probs.size:
+        launch(device, "attention.py", "softmax_backward", probs.data, grad_probs.data, out, scale, causal)
+    return Tensor(out, device)
+
+
+def split_heads(x: Tensor, n_head: int, parts: int = 1) -> tuple[Tensor, ...]:
+    """x (B, T, parts * C) -> ``parts`` tensors (B, H, T, D), H = n_head, D = C / H: part p is the columns
+    p * C ... (p + 1) * C of each row, cut into heads of D columns."""
+    device, dtype = check_tensors("split_heads", x=x)
+    batch, t, width = _ndim("split_heads", "x", x, 3, "(B, T, columns)")
+    if n_head < 1 or parts < 1 or width % (parts * n_head):
+        raise ValueError(f"split_heads: {width} columns do not split into {parts} part(s) of {n_head} heads")
+    d = width // (parts * n_head)
+    if device == "cpu":
+        heads = x.data.reshape(batch, t, parts, n_head, d).transpose(2, 0, 3, 1, 4)
+        return tuple(cpu_result(heads[p], dtype) for p in range(parts))
+    outs = []
+    for p in range(parts):
+        out = empty(device, (batch, n_head, t, d))
+        if out.size:
+            launch(device, "attention.py", "split_heads", x.data, out, p)
+        outs.append(Tensor(out, device))
+    return tuple(outs)
+
+
+def merge_heads(*ys: Tensor) -> Tensor:
+    """The inverse of split_heads: tensors (B, H, T, D) -> (B, T, len(ys) * H * D), side by side."""
+    if not ys:
+        raise ValueError("merge_heads: expected at least one (B, H, T, D) tensor")
+    device, dtype = check_tensors("merge_heads", **{f"y{i}": y for i, y in enumerate(ys)})
+    shape = _ndim("merge_heads", "y0", ys[0], 4, "(B, H, T, D)")
+    for i, y in enumerate(ys):
+        if y.shape != shape:
+            raise ValueError(f"merge_heads: every part must have the shape of y0, {shape}; y{i} has {y.shape}")
+    batch, h, t, d = shape
+    if device == "cpu":
+        stacked = np.stack([y.data for y in ys])  # (parts, B, H, T, D)
+        return cpu_result(stacked.transpose(1, 3, 0, 2, 4).reshape(batch, t, len(ys) * h * d), dtype)
+    out = empty(device, (batch, t, len(ys) * h * d))
+    if out.size:
+        for p, y in enumerate(ys):
+            launch(device, "attention.py", "merge_heads", y.data, out, p)
+    return Tensor(out, device)
+
+
+def attention(qkv: Tensor, n_head: int) -> tuple[Tensor, tuple[Tensor, ...]]:
+    """Causal multi-head self-attention of qkv (B, T, 3C), Q | K | V side by side: (y (B, T, C), saved),
+    saved = (q, k, v, probs) for attention_backward."""
+    check_tensors("attention", qkv=qkv)
+    if qkv.ndim != 3 or qkv.shape[2] % (3 * n_head):
+        raise ValueError(f"attention: qkv must be (B, T, 3C) with C a multiple of n_head = {n_head}, "
+                         f"got shape {qkv.shape}")
+    batch, t, width = qkv.shape
+    d = width // (3 * n_head)
+    q, k, v = split_heads(qkv, n_head, parts=3)                         # (B, H, T, D) each
+    flat = (batch * n_head, t, d)
+    scores = bmm(reshape(q, flat), reshape(k, flat), transpose_b=True)  # Q Kᵀ: (B H, T, T)
+    probs = attention_softmax(scores, 1.0 / math.sqrt(d))
+    y = bmm(probs, reshape(v, flat))                                     # P V: (B H, T, D)
+    return merge_heads(reshape(y, (batch, n_head, t, d))), (q, k, v, probs)
+
+
+def attention_backward(grad_y: Tensor, saved: tuple[Tensor, ...]) -> Tensor:
+    """The gradient of qkv (B, T, 3C) from that of y (B, T, C) and attention's saved tensors."""
+    q, k, v, probs = saved
+    batch, n_head, t, d = q.shape
+    flat = (batch * n_head, t, d)
+    (grad_heads,) = split_heads(grad_y, n_head)                     # (B, H, T, D)
+    g = reshape(grad_heads, flat)
+    grad_probs = bmm(g, reshape(v, flat), transpose_b=True)         # dP = dY Vᵀ
+    grad_v = bmm(probs, g, transpose_a=True)                        # dV = Pᵀ dY
+    grad_scores = attention_softmax_backward(probs, grad_probs, 1.0 / math.sqrt(d))
+    grad_q = bmm(grad_scores, reshape(k, flat))                     # dQ = dS K
+    grad_k = bmm(grad_scores, reshape(q, flat), transpose_a=True)   # dK = dSᵀ Q
+    shape = (batch, n_head, t, d)
+    return merge_heads(reshape(grad_q, shape), reshape(grad_k, shape), reshape(grad_v, shape))

@@ -1,0 +1,341 @@
+"""Phase 7's framework: gradient checks (float64, cpu) of every new op and of a whole block; the emulator's float32
+results (the reference solution's kernels) against them at odd sizes; int32 id tensors; the transformer modules,
+the GPT and its generation; global-norm clipping (also captured into a graph); the text helpers."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import minitorch
+from minitorch import functional as F  # noqa: N812 (PyTorch's name)
+from minitorch import graph, nn, ops, optim, text
+from minitorch.gradcheck import gradcheck
+from tests.phase3_support import write_solutions
+
+NOTEBOOKS = ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase3a_forward.ipynb", "phase3b_backward.ipynb",
+             "phase4_reductions.ipynb", "phase5_fast.ipynb", "phase6_cnn.ipynb", "phase7_gpt.ipynb")
+
+
+@pytest.fixture
+def solutions(workspace):
+    return write_solutions(workspace, NOTEBOOKS)
+
+
+def leaf(values, device="cpu"):
+    if device == "cpu":
+        return minitorch.tensor(np.asarray(values, np.float64), device="cpu", dtype="float64", requires_grad=True)
+    return minitorch.tensor(np.asarray(values, np.float32), device=device, requires_grad=True)
+
+
+def ids(values, device="cpu"):
+    return minitorch.tensor(np.asarray(values), device=device, dtype="int32")
+
+
+RNG = np.random.default_rng(7)
+FIXED_IDS = np.array([[1, 2, 2, 0], [3, 3, 3, 1]])
+# name: (function of the inputs, input shapes); every op of Phase 7 with autograd, at small odd sizes
+OPS = {
+    "gelu": (lambda x: F.gelu(x), [(3, 5)]),
+    "layer_norm_2d": (lambda x, w, b: F.layer_norm(x, w, b), [(4, 5), (5,), (5,)]),
+    "layer_norm_3d": (lambda x, w, b: F.layer_norm(x, w, b), [(2, 3, 7), (7,), (7,)]),
+    "layer_norm_one_column": (lambda x, w, b: F.layer_norm(x, w, b), [(3, 1), (1,), (1,)]),
+    "embedding_repeated_ids": (lambda w, device="cpu": F.embedding(ids(FIXED_IDS, device), w), [(5, 3)]),
+    "bmm": (lambda a, b: F.bmm(a, b), [(2, 3, 4), (2, 4, 5)]),
+    "bmm_one_element": (lambda a, b: F.bmm(a, b), [(1, 1, 1), (1, 1, 1)]),
+    "causal_softmax": (lambda s: F.attention_softmax(s, 0.7), [(2, 5, 5)]),
+    "causal_softmax_one_position": (lambda s: F.attention_softmax(s, 0.7), [(3, 1, 1)]),
+    "full_softmax": (lambda s: F.attention_softmax(s, 1.3, causal=False), [(2, 3, 4)]),
+    "split_heads": (lambda x: F.split_heads(x, 2), [(2, 3, 6)]),
+    "merge_heads": (lambda y: F.merge_heads(y), [(2, 2, 3, 3)]),
+    "attention": (lambda q: F.causal_self_attention(q, 2), [(2, 5, 12)]),
+    "attention_one_position": (lambda q: F.causal_self_attention(q, 1), [(2, 1, 6)]),
+    "attention_primes": (lambda q: F.causal_self_attention(q, 3), [(1, 7, 9)]),
+}
+
+
+def inputs_of(name: str) -> list[np.ndarray]:
+    return [np.random.default_rng([len(name), i]).standard_normal(s) for i, s in enumerate(OPS[name][1])]
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_cpu_float64_gradients_match_finite_differences(solutions, name):
+    fn = OPS[name][0]
+    errors = gradcheck(fn, [leaf(v) for v in inputs_of(name)])
+    assert max(errors) < 1e-6, errors
+
+
+@pytest.mark.parametrize("name", list(OPS))
+def test_emulator_float32_matches_the_float64_reference(solutions, name):
+    fn = OPS[name][0]
+    values = inputs_of(name)
+    kwargs = {"device": "emu"} if name.startswith("embedding") else {}
+    got_in = [leaf(v, "emu") for v in values]
+    ref_in = [leaf(v) for v in values]
+    got, ref = fn(*got_in, **kwargs), fn(*ref_in)
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5)
+    g = np.random.default_rng(1).standard_normal(ref.shape)
+    got.backward(minitorch.tensor(g.astype(np.float32), device="emu"))
+    ref.backward(minitorch.tensor(g, device="cpu", dtype="float64"))
+    for a, b in zip(got_in, ref_in, strict=True):
+        np.testing.assert_allclose(a.grad.numpy(), b.grad.numpy(), rtol=1e-3, atol=1e-4)
+
+
+def test_a_whole_block_matches_finite_differences(solutions):
+    block = nn.TransformerBlock(8, 2, device="cpu", dtype="float64", seed=1)
+    x = leaf(RNG.standard_normal((2, 5, 8)))
+    errors = gradcheck(lambda x, *ps: block(x), [x, *block.parameters()])
+    assert max(errors) < 1e-6, errors
+
+
+def test_a_whole_gpt_matches_finite_differences(solutions):
+    model = nn.GPT(7, 6, d_model=8, n_head=2, n_layer=2, device="cpu", dtype="float64", seed=0)
+    idx = ids(np.random.default_rng(0).integers(0, 7, (2, 5)))
+    assert max(gradcheck(lambda *ps: model(idx), list(model.parameters()))) < 1e-6
+
+
+@pytest.mark.parametrize("b, t, h, d", [(1, 1, 1, 16), (2, 7, 2, 16), (1, 13, 2, 32), (1, 31, 1, 64)])
+def test_attention_on_the_emulator_at_odd_sizes(solutions, b, t, h, d):
+    """Sequences of 1 and of prime lengths, head dims 16/32/64: forward and backward against float64."""
+    qkv = np.random.default_rng([b, t, h, d]).standard_normal((b, t, 3 * h * d))
+    got_in, ref_in = leaf(qkv, "emu"), leaf(qkv)
+    got, ref = F.causal_self_attention(got_in, h), F.causal_self_attention(ref_in, h)
+    np.testing.assert_allclose(got.numpy(), ref.numpy(), rtol=1e-4, atol=1e-5)
+    g = np.random.default_rng(2).standard_normal(ref.shape)
+    got.backward(minitorch.tensor(g.astype(np.float32), device="emu"))
+    ref.backward(minitorch.tensor(g, device="cpu", dtype="float64"))
+    np.testing.assert_allclose(got_in.grad.numpy(), ref_in.grad.numpy(), rtol=1e-3, atol=1e-4)
+
+
+def test_gpt_on_the_emulator_matches_float64(solutions):
+    """A vocabulary of 13 (no multiple of any tile), context 9, two layers: logits and every gradient."""
+    config = dict(vocab_size=13, block_size=9, d_model=16, n_head=2, n_layer=2, seed=3)
+    emu, ref = nn.GPT(**config, device="emu"), nn.GPT(**config, device="cpu", dtype="float64")
+    x = np.random.default_rng(0).integers(0, 13, (3, 9))
+    got, want = emu(ids(x, "emu")), ref(ids(x))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+    g = np.random.default_rng(1).standard_normal(want.shape)
+    got.backward(minitorch.tensor(g.astype(np.float32), device="emu"))
+    want.backward(minitorch.tensor(g, device="cpu", dtype="float64"))
+    for (name, p), (_, q) in zip(emu.named_parameters(), ref.named_parameters(), strict=True):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=name)
+
+
+# ---------------------------------------------------------------- int32 ids
+
+
+def test_id_tensors():
+    t = minitorch.tensor(np.array([[1, 2], [3, 4]], np.int64), device="cpu", dtype="int32")
+    assert t.dtype == np.int32 and t.shape == (2, 2)
+    assert minitorch.tensor([0, 5], device="cpu", dtype="int32").numpy().tolist() == [0, 5]
+    assert minitorch.from_numpy(np.arange(3, dtype=np.int32), "cpu").dtype == np.int32
+    t.copy_from(np.array([[5, 6], [7, 8]], np.int32))
+    assert t.numpy().tolist() == [[5, 6], [7, 8]]
+    assert t.reshape(4).shape == (4,)
+    with pytest.raises(TypeError, match="holds ids"):
+        t.requires_grad = True
+    with pytest.raises(TypeError, match="fill_ writes float32"):
+        t.fill_(1)
+    with pytest.raises(TypeError, match="`a` holds int32 ids"):
+        ops.add(t, t)
+    with pytest.raises(TypeError, match="made from integers, got a float64"):
+        minitorch.tensor(np.array([0.5]), device="cpu", dtype="int32")
+    with pytest.raises(ValueError, match="fit in int32"):
+        minitorch.tensor(np.array([2**40]), device="cpu", dtype="int32")
+    assert minitorch.tensor(np.array([2.0, 3.0]), device="cpu", dtype="int32").numpy().tolist() == [2, 3]
+
+
+def test_embedding_errors_and_out_of_range_ids(solutions):
+    w = leaf(np.ones((4, 3)))
+    with pytest.raises(TypeError, match="int32 ids"):
+        F.embedding(minitorch.tensor(np.zeros(2), device="cpu", dtype="float64"), w)
+    out = F.embedding(ids([0, 4, -1]), w).numpy()
+    assert np.all(out[0] == 1) and np.all(np.isnan(out[1:]))
+    emu_out = F.embedding(ids([0, 4, -1], "emu"), leaf(np.ones((4, 3)), "emu")).numpy()
+    assert np.all(emu_out[0] == 1) and np.all(np.isnan(emu_out[1:]))
+
+
+# ---------------------------------------------------------------- modules
+
+
+def test_module_list_names_and_indexing():
+    layers = nn.ModuleList(nn.Linear(2, 2, device="cpu", seed=i) for i in range(3))
+    assert len(layers) == 3 and layers[-1] is list(layers)[2]
+    assert [n for n, _ in layers.named_parameters()] == [f"{i}.{p}" for i in range(3) for p in ("weight", "bias")]
+    with pytest.raises(TypeError, match="not a minitorch|expected a minitorch nn.Module"):
+        layers.append(3)  # type: ignore[arg-type]
+    with pytest.raises(IndexError):
+        layers[3]
+
+
+def test_linear_reads_leading_dimensions_as_rows(solutions):
+    layer = nn.Linear(4, 3, device="cpu", dtype="float64", seed=0)
+    x = RNG.standard_normal((2, 5, 4))
+    y = layer(minitorch.tensor(x, device="cpu", dtype="float64")).numpy()
+    assert y.shape == (2, 5, 3)
+    np.testing.assert_allclose(y, x @ layer.weight.numpy() + layer.bias.numpy())
+
+
+def test_the_seeds_gpt_has_112577_parameters_named_as_the_grader_reads_them():
+    model = nn.GPT(65, 64, d_model=64, n_head=4, n_layer=2, device="cpu")
+    names = dict(model.named_parameters())
+    assert sum(p.size for p in names.values()) == 112_577
+    assert names["blocks.1.attn.c_attn.weight"].shape == (64, 192) and names["lm_head.weight"].shape == (64, 65)
+    assert list(names)[:2] == ["wte.weight", "wpe.weight"] and "ln_f.bias" in names
+    again = nn.GPT(65, 64, device="cpu")
+    assert all(np.array_equal(p.numpy(), q.numpy()) for p, q in zip(model.parameters(), again.parameters(),
+                                                                     strict=True))
+
+
+def test_gpt_errors_and_generation(solutions, tmp_path):
+    model = nn.GPT(11, 8, d_model=8, n_head=2, n_layer=1, device="cpu", seed=2)
+    with pytest.raises(TypeError, match="int32 token ids"):
+        model(minitorch.zeros((1, 4), device="cpu"))
+    with pytest.raises(ValueError, match="block_size = 8"):
+        model(ids(np.zeros((1, 9), np.int32)))
+    with pytest.raises(ValueError, match="multiple of n_head"):
+        nn.MultiHeadAttention(10, 3)
+    out = model.generate(np.array([[3]]), 20, temperature=1.0, seed=5)
+    assert out.shape == (1, 21) and out.dtype == np.int32 and out.numpy()[0, 0] == 3
+    assert np.array_equal(out.numpy(), model.generate(np.array([[3]]), 20, seed=5).numpy())
+    greedy = model.generate(np.array([3]), 5, temperature=0)
+    logits = model(ids([[3]])).numpy()[0, -1]
+    assert greedy.numpy()[0, 1] == int(np.argmax(logits))
+    with pytest.raises(ValueError, match=r"ids must be in \[0, 11\)"):
+        model.generate(np.array([[11]]), 1)
+    maps = model.attention_maps(ids([[1, 2, 3, 4]]))
+    assert len(maps) == 1 and maps[0].shape == (1, 2, 4, 4)
+    np.testing.assert_allclose(maps[0].sum(-1), 1.0, rtol=1e-6)
+    assert np.all(maps[0][..., np.triu_indices(4, 1)[0], np.triu_indices(4, 1)[1]] == 0)
+    model.save(tmp_path / "gpt.npz")
+    copy = nn.GPT(11, 8, d_model=8, n_head=2, n_layer=1, device="cpu", seed=9).load(tmp_path / "gpt.npz")
+    np.testing.assert_array_equal(copy(ids([[1, 2]])).numpy(), model(ids([[1, 2]])).numpy())
+
+
+def test_gpt_moves_to_another_device(solutions):
+    model = nn.GPT(11, 8, d_model=8, n_head=2, n_layer=1, device="cpu", seed=2)
+    want = model(ids([[1, 2, 3]])).numpy()
+    model.to("emu")
+    np.testing.assert_allclose(model(ids([[1, 2, 3]], "emu")).numpy(), want, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- clipping and a captured training step
+
+
+@pytest.mark.parametrize("device", ["cpu", "emu"])
+@pytest.mark.parametrize("scale", [0.01, 10.0])
+def test_clip_grad_norm_matches_float64(solutions, device, scale):
+    grads = [np.random.default_rng([n, int(scale)]).standard_normal(n) * scale for n in (1, 7, 1000)]
+    params = [minitorch.zeros(g.shape, device=device, requires_grad=True) for g in grads]
+    for p, g in zip(params, grads, strict=True):
+        p.grad = minitorch.tensor(g.astype(np.float32), device=device)
+    norm = optim.clip_grad_norm_(params, 1.0)
+    expected = math.sqrt(sum(float((g.astype(np.float32).astype(np.float64) ** 2).sum()) for g in grads))
+    assert norm.item() == pytest.approx(expected, rel=1e-5)
+    coef = min(1.0, 1.0 / (expected + 1e-6))
+    for p, g in zip(params, grads, strict=True):
+        np.testing.assert_allclose(p.grad.numpy(), g.astype(np.float32) * coef, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="max_norm must be a positive number"):
+        optim.clip_grad_norm_(params, 0.0)
+    with pytest.raises(ValueError, match="no parameter has a gradient"):
+        optim.clip_grad_norm_([minitorch.zeros(2, device=device, requires_grad=True)], 1.0)
+
+
+def test_captured_gpt_step_equals_eager_steps_on_the_emulator(solutions):
+    vocab, t, b = 11, 8, 3
+    models = [nn.GPT(vocab, t, d_model=16, n_head=2, n_layer=1, device="emu", seed=5) for _ in range(2)]
+    opts = [optim.AdamW(m.parameters(), lr=3e-2, weight_decay=0.01) for m in models]
+    xs = [minitorch.zeros((b, t), device="emu", dtype="int32") for _ in range(2)]
+    ys = [minitorch.zeros((b, t), device="emu", dtype="int32") for _ in range(2)]
+
+    def step(i: int) -> minitorch.Tensor:
+        loss = F.cross_entropy(models[i](xs[i]).reshape(b * t, vocab), ys[i].reshape(b * t))
+        opts[i].zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(models[i].parameters(), 0.5)
+        opts[i].step()
+        return loss
+
+    captured = graph.capture(lambda: step(1), device="emu")
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x, y = rng.integers(0, vocab, (b, t)).astype(np.int32), rng.integers(0, vocab, (b, t)).astype(np.int32)
+        for i in range(2):
+            xs[i].copy_from(x)
+            ys[i].copy_from(y)
+        eager = step(0).item()
+        captured.replay()
+        assert captured.output.item() == pytest.approx(eager, rel=1e-5)
+    for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-4, atol=1e-6)
+
+
+# ---------------------------------------------------------------- text
+
+
+def test_char_tokenizer_split_and_windows():
+    tok = text.CharTokenizer.from_text("hello world")
+    assert tok.chars == [" ", "d", "e", "h", "l", "o", "r", "w"] and tok.vocab_size == 8
+    encoded = tok.encode("hello")
+    assert encoded.dtype == np.int32 and tok.decode(encoded) == "hello"
+    with pytest.raises(ValueError, match="'z' is not in the vocabulary"):
+        tok.encode("z")
+    with pytest.raises(ValueError, match=r"ids must be in \[0, 8\)"):
+        tok.decode([8])
+    data = np.arange(100, dtype=np.int32)
+    train, val = text.train_val_split(data, 0.9)
+    assert len(train) == 90 and val[0] == 90
+    x, y = text.RandomWindows(train, 5, 4, seed=0).sample()
+    assert x.shape == y.shape == (4, 5) and np.all(y == x + 1) and x.max() < 89
+    again, _ = text.RandomWindows(train, 5, 4, seed=0).sample()
+    assert np.array_equal(x, again)
+    ex, ey = text.evaluation_windows(val, 3, 4)
+    assert ex[0].tolist() == [90, 91, 92] and ex[-1].tolist() == [96, 97, 98] and np.all(ey == ex + 1)
+    with pytest.raises(ValueError, match="hold no window"):
+        text.evaluation_windows(val, 10, 2)
+
+
+# ---------------------------------------------------------------- on a GPU (make test-gpu)
+
+
+@pytest.mark.gpu
+def test_gpt_on_cuda_matches_float64_and_its_captured_step_replays_eager_steps(solutions):
+    config = dict(vocab_size=13, block_size=9, d_model=16, n_head=2, n_layer=2, seed=3)
+    gpu, ref = nn.GPT(**config, device="cuda"), nn.GPT(**config, device="cpu", dtype="float64")
+    x = np.random.default_rng(0).integers(0, 13, (3, 9))
+    got, want = gpu(ids(x, "cuda")), ref(ids(x))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+    g = np.random.default_rng(1).standard_normal(want.shape)
+    got.backward(minitorch.tensor(g.astype(np.float32), device="cuda"))
+    want.backward(minitorch.tensor(g, device="cpu", dtype="float64"))
+    for (name, p), (_, q) in zip(gpu.named_parameters(), ref.named_parameters(), strict=True):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=name)
+
+    vocab, t, b = 11, 8, 3
+    models = [nn.GPT(vocab, t, d_model=16, n_head=2, n_layer=1, device="cuda", seed=5) for _ in range(2)]
+    opts = [optim.AdamW(m.parameters(), lr=3e-2, weight_decay=0.01) for m in models]
+    xs = [minitorch.zeros((b, t), device="cuda", dtype="int32") for _ in range(2)]
+    ys = [minitorch.zeros((b, t), device="cuda", dtype="int32") for _ in range(2)]
+
+    def step(i: int) -> minitorch.Tensor:
+        loss = F.cross_entropy(models[i](xs[i]).reshape(b * t, vocab), ys[i].reshape(b * t))
+        opts[i].zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(models[i].parameters(), 0.5)
+        opts[i].step()
+        return loss
+
+    captured = graph.capture(lambda: step(1), device="cuda")
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        xb, yb = rng.integers(0, vocab, (b, t)).astype(np.int32), rng.integers(0, vocab, (b, t)).astype(np.int32)
+        for i in range(2):
+            xs[i].copy_from(xb)
+            ys[i].copy_from(yb)
+        eager = step(0).item()
+        captured.replay()
+        assert captured.output.item() == pytest.approx(eager, rel=1e-5)
+    for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-4, atol=1e-6)
