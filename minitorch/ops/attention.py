@@ -42,7 +42,7 @@ def bmm(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool = 
         return cpu_result(np.matmul(av, bv), dtype)
     out = empty(device, (batch, m, n))
     if out.size:
-        launch(device, "attention.py", "bmm", a.data, b.data, out, transpose_a, transpose_b)
+        launch(device, "attention.py", "bmm", a.data, b.data, out, transpose_a, transpose_b, outputs=(2,))
     return Tensor(out, device)
 
 
@@ -67,7 +67,7 @@ def attention_softmax(scores: Tensor, scale: float = 1.0, *, causal: bool = True
         return cpu_result(e / e.sum(axis=-1, keepdims=True), dtype)
     out = empty(device, scores.shape)
     if scores.size:
-        launch(device, "attention.py", "softmax_forward", scores.data, out, scale, causal)
+        launch(device, "attention.py", "softmax_forward", scores.data, out, scale, causal, outputs=(1,))
     return Tensor(out, device)
 
 
@@ -85,7 +85,8 @@ def attention_softmax_backward(probs: Tensor, grad_probs: Tensor, scale: float =
         return cpu_result(dtype.type(scale) * p * (dp - (p * dp).sum(axis=-1, keepdims=True)), dtype)
     out = empty(device, probs.shape)
     if probs.size:
-        launch(device, "attention.py", "softmax_backward", probs.data, grad_probs.data, out, scale, causal)
+        launch(device, "attention.py", "softmax_backward", probs.data, grad_probs.data, out, scale, causal,
+               outputs=(2,))
     return Tensor(out, device)
 
 
@@ -104,7 +105,7 @@ def split_heads(x: Tensor, n_head: int, parts: int = 1) -> tuple[Tensor, ...]:
     for p in range(parts):
         out = empty(device, (batch, n_head, t, d))
         if out.size:
-            launch(device, "attention.py", "split_heads", x.data, out, p)
+            launch(device, "attention.py", "split_heads", x.data, out, p, outputs=(1,))
         outs.append(Tensor(out, device))
     return tuple(outs)
 
@@ -125,7 +126,7 @@ def merge_heads(*ys: Tensor) -> Tensor:
     out = empty(device, (batch, t, len(ys) * h * d))
     if out.size:
         for p, y in enumerate(ys):
-            launch(device, "attention.py", "merge_heads", y.data, out, p)
+            launch(device, "attention.py", "merge_heads", y.data, out, p, outputs=(1,))
     return Tensor(out, device)
 
 

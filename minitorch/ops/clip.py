@@ -33,8 +33,8 @@ def clip_by_global_norm_(grads: Sequence[Tensor], max_norm: float) -> Tensor:
     target = backend.get_backend(device)
     total, norm, coef = target.zeros((1,), DTYPE), target.empty((1,), DTYPE), target.empty((1,), DTYPE)
     for g in grads:
-        launch(device, "clip.py", "sum_squares", g.data, total)
-    launch(device, "clip.py", "clip_coefficient", total, norm, coef, max_norm)
+        launch(device, "clip.py", "sum_squares", g.data, total, outputs=())
+    launch(device, "clip.py", "clip_coefficient", total, norm, coef, max_norm, outputs=(1, 2))
     for g in grads:
-        launch(device, "clip.py", "scale_by", g.data, coef)
+        launch(device, "clip.py", "scale_by", g.data, coef, outputs=())
     return Tensor(norm.reshape(()), device)

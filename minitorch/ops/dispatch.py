@@ -121,8 +121,8 @@ def binary(op: str, filename: str, names: tuple[str, str], a: Tensor, b: Tensor,
             reference: Callable[[np.ndarray, np.ndarray, np.dtype], np.ndarray]) -> Tensor:
     """An elementwise op of two tensors of one shape: `reference` on cpu, the launcher `op` of `filename`
     (called as op(a, b, out)) elsewhere."""
-    if type(a) is Tensor and type(b) is Tensor and a._device == b._device and a.dtype == b.dtype:
-        device, dtype = a._device, a.dtype  # the common case, checked without building names
+    if type(a) is Tensor and type(b) is Tensor and a._device == b._device and a.dtype == DTYPE == b.dtype:
+        device, dtype = a._device, DTYPE  # the common case, float32 on one device: no names to build
     else:
         device, dtype = check_tensors(op, **{names[0]: a, names[1]: b})
     same_shape(op, names[0], a, names[1], b)

@@ -31,7 +31,7 @@ def embedding(idx: Tensor, weight: Tensor) -> Tensor:
         return cpu_result(out, dtype)
     out = empty(device, idx.shape + (dim,))
     if out.size:
-        launch(device, "embedding.py", "embedding_forward", idx.data, weight.data, out)
+        launch(device, "embedding.py", "embedding_forward", idx.data, weight.data, out, outputs=(2,))
     return Tensor(out, device)
 
 
@@ -49,5 +49,5 @@ def embedding_backward(idx: Tensor, grad_out: Tensor, vocab: int) -> Tensor:
         np.add.at(grad, ids[ok], grad_out.data.reshape(-1, dim)[ok])
         return cpu_result(grad, dtype)
     grad = backend.get_backend(device).empty((vocab, dim), dtype)
-    launch(device, "embedding.py", "embedding_backward", idx.data, grad_out.data, grad)
+    launch(device, "embedding.py", "embedding_backward", idx.data, grad_out.data, grad, outputs=(2,))
     return Tensor(grad, device)
