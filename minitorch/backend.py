@@ -79,6 +79,11 @@ class Backend:
         """A one-line description for progress records and benchmark files."""
         return self.name
 
+    @property
+    def capturing(self) -> bool:
+        """Whether device work is being recorded into a graph right now (nothing may wait for it)."""
+        return False
+
     def begin_capture(self) -> None:
         """Start recording device work into a graph instead of running it (see minitorch.graph)."""
         raise DeviceError(f"the '{self.name}' device has no graphs: capture on 'cuda' or 'emu'")
@@ -104,6 +109,7 @@ class CudaBackend(Backend):
 
         self.cupy = cupy
         self.array_type = cupy.ndarray
+        self._capture_stream: Any = None
 
     def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802
                   name_expressions: Sequence[str] | None = None, *, filename: str | None = None) -> Any:
@@ -138,6 +144,10 @@ class CudaBackend(Backend):
         props = self.cupy.cuda.runtime.getDeviceProperties(self.cupy.cuda.Device().id)
         name = props["name"]
         return "cuda: " + (name.decode() if isinstance(name, bytes) else str(name))
+
+    @property
+    def capturing(self) -> bool:
+        return self._capture_stream is not None
 
     def begin_capture(self) -> None:
         # Capture needs a stream of its own (never the legacy default stream). Relaxed mode lets the
@@ -217,6 +227,10 @@ class EmuBackend(Backend):
 
     def describe(self) -> str:
         return "emu: CUDA C emulator on the CPU"
+
+    @property
+    def capturing(self) -> bool:
+        return self.emu.is_capturing()
 
     def begin_capture(self) -> None:
         self.emu.begin_capture()

@@ -400,8 +400,10 @@ class Kernel:
                 launches.append(launch)
         try:
             self._raw(grid, block, args, shared_mem=shared_mem, **kwargs)
-            if _getenv("MINITORCH_SYNC_LAUNCHES") == "1":
-                backend.synchronize()  # surfaces asynchronous faults here, attributed to this kernel
+            # Surfaces asynchronous faults here, attributed to this kernel; not while a graph is being
+            # captured, when nothing runs and the stream cannot be waited for.
+            if _getenv("MINITORCH_SYNC_LAUNCHES") == "1" and not backend.get_backend().capturing:
+                backend.synchronize()
         except (TypeError, ValueError):
             raise
         except Exception as exc:

@@ -115,3 +115,27 @@ def test_workspace_change_is_noticed(on_emu, tmp_path, monkeypatch):
     assert kernels.workspace_dir() == other.resolve()
     with pytest.raises(kernels.KernelNotWrittenError):
         kernels.load_kernel("memory.cu", "fill")
+
+
+def test_a_step_captures_under_the_graders_synchronised_launches(on_emu, monkeypatch):
+    """The grader synchronises after every launch (MINITORCH_SYNC_LAUNCHES=1) to name a faulting kernel;
+    a capturing stream cannot be waited for (CUDA raises cudaErrorStreamCaptureUnsupported, and so does
+    the emulator), so the launches made while capturing are not synchronised."""
+    monkeypatch.setenv("MINITORCH_SYNC_LAUNCHES", "1")
+    *_, step = _xor_step(0)
+    *_, step2 = _xor_step(0)
+    captured = graph.capture(step2)
+    for _ in range(3):
+        eager = step().item()
+        captured.replay()
+        assert captured.output.item() == pytest.approx(eager, rel=1e-6)
+
+
+def test_waiting_for_a_capturing_stream_is_refused():
+    minitorch.set_device("emu")
+    emu.begin_capture()
+    try:
+        with pytest.raises(emu.LaunchError, match="cudaErrorStreamCaptureUnsupported"):
+            minitorch.backend.synchronize()
+    finally:
+        emu.end_capture()

@@ -97,6 +97,7 @@ from typing import Any
 
 import numpy as np
 
+from . import graph
 from .compiler import CompileError
 from .config import check_mode, set_arg_mode, time_limit
 from .config import schedule_order as schedule
@@ -136,7 +137,9 @@ __all__ = [
 
 
 def synchronize() -> None:
-    """Launches are synchronous on the emulator: nothing to wait for."""
+    """Launches are synchronous on the emulator: nothing to wait for. While a graph is being captured,
+    raises as CUDA does (a capturing stream cannot be waited for)."""
+    graph.refuse_during_capture("synchronizing the stream")
 
 
 def is_device_array(x: Any) -> bool:
