@@ -21,7 +21,6 @@ writing or deleting ``pool.py`` takes effect at the next tensor.
 from __future__ import annotations
 
 import contextlib
-import os
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -36,8 +35,14 @@ POOL_FILE = "pool.py"
 def uses_pool() -> bool:
     """Whether the graded phase (``MINITORCH_PHASE``, when set) allows the Phase 5 pool."""
     graded = kernels._getenv("MINITORCH_PHASE")
-    return not graded or kernels.phase_index(graded) >= kernels.phase_index(
-        kernels.KERNEL_FILES[POOL_FILE].phase)
+    allowed = _allowed.get(graded)
+    if allowed is None:
+        allowed = _allowed[graded] = not graded or kernels.phase_index(graded) >= kernels.phase_index(
+            kernels.KERNEL_FILES[POOL_FILE].phase)
+    return allowed
+
+
+_allowed: dict[str | None, bool] = {}
 
 
 class DevicePool:
@@ -149,17 +154,42 @@ _pools: dict[str, DevicePool] = {}
 _stamps: dict[str, tuple[str, tuple[int, int, int]] | None] = {}
 
 
-def refresh(device: str) -> None:
-    """Install, replace or remove ``device``'s pool to match the workspace's ``pool.py`` and the
-    graded phase. Cheap when nothing changed: one ``os.stat``."""
-    stamp = None
-    if uses_pool():
-        path = kernels._path_str(POOL_FILE)
+def _pool_stamp(path: str, directory: str) -> tuple[str, tuple[int, int, int]] | None:
+    """(path, stamp) of pool.py, or None when it does not exist. Paid on every allocation, so: an
+    ``fstat`` of a descriptor held on the file (``kernels.file_stamp``), or, while it is absent, one of
+    the workspace directory, whose stamp changes when a file appears in it (``write_source`` also
+    bumps ``kernels.writes``, for a file written within the directory clock's resolution)."""
+    seen = _absent.get(path)
+    if seen is not None:
         try:
-            st = os.stat(path)
-            stamp = (path, (st.st_mtime_ns, st.st_size, st.st_ino))
+            if (kernels.writes, kernels.file_stamp(directory)) == seen:
+                return None
+        except FileNotFoundError:
+            return None
+    try:
+        return path, kernels.file_stamp(path)
+    except FileNotFoundError:
+        try:
+            _absent[path] = (kernels.writes, kernels.file_stamp(directory))
         except FileNotFoundError:
             pass
+        return None
+
+
+_absent: dict[str, tuple[int, tuple[int, int, int]]] = {}  # pool.py path -> its directory when it was absent
+_where: dict[Any, tuple[str, str]] = {}  # workspace -> (pool.py's path, the workspace's path), as strings
+
+
+def refresh(device: str) -> None:
+    """Install, replace or remove ``device``'s pool to match the workspace's ``pool.py`` and the
+    graded phase. Cheap when nothing changed: one ``fstat``."""
+    stamp = None
+    if uses_pool():
+        workspace = kernels.workspace_dir()
+        where = _where.get(workspace)
+        if where is None:
+            where = _where[workspace] = (kernels._path_str(POOL_FILE), str(workspace))
+        stamp = _pool_stamp(*where)
     if device in _stamps and _stamps[device] == stamp:
         return
     current = _pools.pop(device, None)

@@ -95,10 +95,17 @@ class Backend:
 
 def _refresh_allocator(device: str) -> None:
     """From Phase 5 on the learner's caching pool (pool.py) allocates device memory: see
-    minitorch.allocator (imported here, not at the top: it imports kernels, which imports this)."""
-    from minitorch import allocator
+    minitorch.allocator (imported at the first allocation, not at the top: it imports kernels, which
+    imports this)."""
+    global _allocator
+    if _allocator is None:
+        from minitorch import allocator
 
-    allocator.refresh(device)
+        _allocator = allocator
+    _allocator.refresh(device)
+
+
+_allocator: Any = None
 
 
 class CudaBackend(Backend):

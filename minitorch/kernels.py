@@ -199,6 +199,8 @@ def write_source(filename: str, text: str) -> Path:
         cell = f' ("{where.cell}" in {where.lab})' if where else ""
         raise NotImplementedError(f"{filename}: this cell{cell} still contains a TODO stub "
                                   f"({TODO_MARKER}). Replace it with your code, then run the cell again.")
+    global writes
+    writes += 1  # what was derived from the workspace's files (minitorch.allocator) looks again
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{filename}.", suffix=".tmp")
     try:
@@ -209,6 +211,9 @@ def write_source(filename: str, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+writes = 0  # learner files written by write_source in this process
 
 
 def sha256_text(text: str) -> str:

@@ -899,8 +899,13 @@ def test_captured_training_step_replays_the_eager_steps():
         replayed = captured.output.item()
         if not abs(eager - replayed) <= 1e-5 * abs(eager):
             raise GradeError(f"step {k}: the eager step's loss is {eager!r}, the captured step's {replayed!r}")
+    # On a GPU the embedding backward's scatter-add and the clipping's sum of squares add with atomics, in
+    # an order that changes between runs; AdamW divides a gradient by its own size, so a weight whose
+    # gradient is rounding noise may move by up to lr either way. The losses (1e-5) are the strict check;
+    # the weights must agree to well under one step (lr = 3e-2): a stale step count, a learning rate or
+    # clip coefficient frozen at capture time moves them far more.
     for (name, p0), (_, p1) in zip(models[0].named_parameters(), models[1].named_parameters(), strict=True):
-        checks.assert_close(p1, p0.numpy(), rtol=1e-4, atol=1e-6,
+        checks.assert_close(p1, p0.numpy(), rtol=1e-3, atol=2e-3,
                             what=f"{name} after 3 captured steps vs 3 eager steps")
 
 
