@@ -28,8 +28,12 @@ def main(phase: str) -> int:
         if c["result"] != "PASS" or c.get("perf"):
             print(f"{c['result']:>12}  {c['name']}  {c.get('measured', '')}  {c.get('reason', '')[:300]}")
     for r in perf:
-        print(f"{r['name']:<28} {r['measured']:9.1f} {r['unit']} = {r['ratio']:.2f} x {r['reference_name']} "
-              f"(threshold {r['threshold']:.2f})")
+        if "ratio" in r:
+            print(f"{r['name']:<28} {r['measured']:9.1f} {r['unit']} = {r['ratio']:.2f} x {r['reference_name']} "
+                  f"(threshold {r['threshold']:.2f})")
+        else:  # a figure with a bar of its own, e.g. a deliverable's loss (at most) or accuracy (at least)
+            print(f"{r['name']:<28} {r['measured']:.4f} {r['unit']} ({r.get('direction', 'threshold')} "
+                  f"{r['threshold']})")
     write_results(f"grade-{phase}", gpu_name(), perf, passed=report["passed"], seed=report["seed"],
                   checks={c["name"]: c["result"] for c in report["checks"]})
     print(f"{phase}: {'PASSED' if report['passed'] else 'NOT PASSED'} on {report['device']}")
