@@ -10,7 +10,7 @@ from minitorch.tensor import Tensor
 def add(a: Tensor, b: Tensor) -> Tensor:
     """``a + b``: elementwise for equal shapes; a (cols,) vector is added to every row of a (rows, cols) matrix."""
     if a.shape == b.shape:
-        return Add.apply(a, b)
+        return Add.apply2(a, b)
     if a.ndim == 2 and b.shape == (a.shape[1],):
         return AddBias.apply(a, b)
     if b.ndim == 2 and a.shape == (b.shape[1],):

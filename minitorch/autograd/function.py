@@ -145,3 +145,15 @@ class Function:
             output._requires_grad = True
             output.grad_fn = ctx
         return output
+
+    @classmethod
+    def apply2(cls, a: Tensor, b: Tensor) -> Tensor:
+        """``apply`` for the common call with two tensor arguments (``a + b``, ``a * b``, ``a @ b``),
+        without building argument lists."""
+        needs = (a._requires_grad, b._requires_grad)
+        ctx = Context(cls, (a, b), needs)
+        output = cls.forward(ctx, a, b)
+        if (needs[0] or needs[1]) and getattr(_state, "enabled", True):
+            output._requires_grad = True
+            output.grad_fn = ctx
+        return output

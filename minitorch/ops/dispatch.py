@@ -125,10 +125,12 @@ def binary(op: str, filename: str, names: tuple[str, str], a: Tensor, b: Tensor,
         device, dtype = a._device, DTYPE  # the common case, float32 on one device: no names to build
     else:
         device, dtype = check_tensors(op, **{names[0]: a, names[1]: b})
-    same_shape(op, names[0], a, names[1], b)
+    shape = a.shape
+    if shape != b.shape:
+        same_shape(op, names[0], a, names[1], b)
     if device == "cpu":
         return cpu_result(reference(a.data, b.data, dtype), dtype)
-    out = empty(device, a.shape)
-    if a.size:
-        launch(device, filename, op, a.data, b.data, out, outputs=(2,))
+    out = empty(device, shape)
+    if out.size:
+        launch(device, filename, op, a._data, b._data, out, outputs=(2,))
     return Tensor(out, device)
