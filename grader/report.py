@@ -73,6 +73,8 @@ def format_measure(perf: dict[str, Any]) -> str:
     text = " = ".join(parts)
     if threshold is not None and perf.get("direction") == "at most":  # a bound on the value itself (a loss)
         text += f" (<= {threshold:g})"
+    elif threshold is not None and perf.get("direction") == "at least":  # likewise (an accuracy)
+        text += f" (>= {threshold:g})"
     elif threshold is not None:
         text += f" (>= {threshold:.2f}x)"
     return text

@@ -144,3 +144,14 @@ def test_notebook_step_reports_failing_and_hanging_cells_without_touching_the_no
     assert todo.result == FAIL and "NotImplementedError: lab / Exercise 2: todo" in todo.reason
     assert "TODO" in todo.hint
     assert by_name["lab cell 2 (Exercise 3: hang)"].result == TIMEOUT
+
+
+def test_measures_are_shown_against_their_kind_of_bar():
+    from grader.report import format_measure
+
+    ratio = {"measured": 412.0, "unit": "GB/s", "ratio": 0.93, "threshold": 0.6}
+    assert format_measure(ratio) == "412 GB/s = 0.93x ref (>= 0.60x)"
+    loss = {"measured": 1.8483, "unit": "nats", "threshold": 2.05, "direction": "at most"}
+    assert format_measure(loss) == "1.848 nats (<= 2.05)"
+    accuracy = {"measured": 0.9898, "unit": "fraction", "threshold": 0.98, "direction": "at least"}
+    assert format_measure(accuracy) == "0.9898 fraction (>= 0.98)"
