@@ -14,7 +14,7 @@ becomes the allocator of device memory:
 
 An array's memory goes back to the pool when the array dies. While a graph is being captured
 (:mod:`minitorch.graph`), freed blocks are held until the graph dies instead: a replay may still
-write to them. The backends call :func:`refresh` before each allocation (one ``os.stat``), so
+write to them. The backends call :func:`refresh` before each allocation (see ``_pool_stamp``), so
 writing or deleting ``pool.py`` takes effect at the next tensor.
 """
 
@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-from minitorch import kernels
+from minitorch import kernels, watch
 
 __all__ = ["POOL_FILE", "active_pool", "refresh", "release", "stats", "uses_pool"]
 
@@ -155,14 +155,28 @@ _stamps: dict[str, tuple[str, tuple[int, int, int]] | None] = {}
 
 
 def _pool_stamp(path: str, directory: str) -> tuple[str, tuple[int, int, int]] | None:
-    """(path, stamp) of pool.py, or None when it does not exist. Paid on every allocation, so: an
-    ``fstat`` of a descriptor held on the file (``kernels.file_stamp``), or, while it is absent, one of
-    the workspace directory, whose stamp changes when a file appears in it (``write_source`` also
-    bumps ``kernels.writes``, for a file written within the directory clock's resolution)."""
+    """(path, stamp) of pool.py, or None when it does not exist. Paid on every allocation, so: nothing
+    while the workspace directory has had no event since the last answer (:mod:`minitorch.watch`, one
+    ``poll``); else an ``fstat`` of a descriptor held on the file (``kernels.file_stamp``), or, while it
+    is absent, one of the workspace directory, whose stamp changes when a file appears in it
+    (``write_source`` also bumps ``kernels.writes``, for a file written within the directory clock's
+    resolution)."""
+    current = watch.generation(directory)
+    if current is not None:
+        known = _known.get(path)
+        if known is not None and known[0] == current:
+            return known[1]
+    found = _read_pool_stamp(path, directory)
+    if current is not None:
+        _known[path] = (current, found)
+    return found
+
+
+def _read_pool_stamp(path: str, directory: str) -> tuple[str, tuple[int, int, int]] | None:
     seen = _absent.get(path)
     if seen is not None:
         try:
-            if (kernels.writes, kernels.file_stamp(directory)) == seen:
+            if (kernels.writes, kernels._fstat_stamp(directory)) == seen:
                 return None
         except FileNotFoundError:
             return None
@@ -170,19 +184,20 @@ def _pool_stamp(path: str, directory: str) -> tuple[str, tuple[int, int, int]] |
         return path, kernels.file_stamp(path)
     except FileNotFoundError:
         try:
-            _absent[path] = (kernels.writes, kernels.file_stamp(directory))
+            _absent[path] = (kernels.writes, kernels._fstat_stamp(directory))
         except FileNotFoundError:
             pass
         return None
 
 
+_known: dict[str, tuple[int, tuple[str, tuple[int, int, int]] | None]] = {}  # pool.py -> (generation, stamp)
 _absent: dict[str, tuple[int, tuple[int, int, int]]] = {}  # pool.py path -> its directory when it was absent
 _where: dict[Any, tuple[str, str]] = {}  # workspace -> (pool.py's path, the workspace's path), as strings
 
 
 def refresh(device: str) -> None:
     """Install, replace or remove ``device``'s pool to match the workspace's ``pool.py`` and the
-    graded phase. Cheap when nothing changed: one ``fstat``."""
+    graded phase. Cheap when nothing changed: one ``poll`` (or ``fstat``, see ``_pool_stamp``)."""
     stamp = None
     if uses_pool():
         workspace = kernels.workspace_dir()

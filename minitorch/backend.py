@@ -132,7 +132,7 @@ class CudaBackend(Backend):
 
     def empty(self, shape: Shape, dtype: Any = np.float32) -> Any:
         _refresh_allocator("cuda")
-        return self.cupy.empty(shape, dtype=dtype)
+        return self.array_type(shape, dtype)  # what cupy.empty does, less a Python call
 
     def zeros(self, shape: Shape, dtype: Any = np.float32) -> Any:
         _refresh_allocator("cuda")

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from minitorch import backend
+from minitorch import backend, watch
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 LEARNER_SUFFIXES = (".cu", ".cuh", ".py")
@@ -133,7 +133,8 @@ def _getenv(key: str) -> str | None:
     return os.environ.get(key)
 
 
-_ENV_KEYS = {k: k.encode() for k in ("MINITORCH_WORKSPACE", "MINITORCH_LAUNCH_TRACE", "MINITORCH_SYNC_LAUNCHES")}
+_ENV_KEYS = {k: k.encode() for k in ("MINITORCH_WORKSPACE", "MINITORCH_LAUNCH_TRACE", "MINITORCH_SYNC_LAUNCHES",
+                                      "MINITORCH_PHASE")}
 _workspace: tuple[str | None, Path] | None = None  # (MINITORCH_WORKSPACE as last read, resolved path)
 _paths: dict[tuple[Path, str], str] = {}
 
@@ -472,12 +473,31 @@ def _stamp(filename: str) -> tuple[str, tuple[int, int, int]]:
 
 
 _held: dict[str, int] = {}  # learner file -> a descriptor open on it
+_known: dict[str, tuple[int, tuple[int, int, int]]] = {}  # path -> (watch generation, stamp) (minitorch.watch)
+_parents: dict[str, str] = {}
 
 
 def file_stamp(path: str) -> tuple[int, int, int]:
-    """(mtime, size, inode) of the file at ``path``: an ``fstat`` of a descriptor held open on it (half
-    the cost of a ``stat`` by name). A file replaced by a rename (``write_source``, most editors) leaves
-    the held inode with no links: the name is then opened again. Raises FileNotFoundError."""
+    """(mtime, size, inode) of the file at ``path``. While nothing changed in its directory since the stamp
+    was last read (:mod:`minitorch.watch`, one ``poll``), the stamp read then; otherwise an ``fstat`` of
+    a descriptor held open on it (half the cost of a ``stat`` by name). A file replaced by a rename
+    (``write_source``, most editors) leaves the held inode with no links: the name is then opened again.
+    Raises FileNotFoundError."""
+    parent = _parents.get(path)
+    if parent is None:
+        parent = _parents[path] = os.path.dirname(path)
+    current = watch.generation(parent)
+    if current is not None:
+        known = _known.get(path)
+        if known is not None and known[0] == current:
+            return known[1]
+        stamp = _fstat_stamp(path)
+        _known[path] = (current, stamp)
+        return stamp
+    return _fstat_stamp(path)
+
+
+def _fstat_stamp(path: str) -> tuple[int, int, int]:
     fd = _held.get(path)
     if fd is not None:
         st = os.fstat(fd)

@@ -12,8 +12,9 @@ replayed into fresh copies of the arrays, the outputs poisoned (NaN) and the lau
 buffers too, and the replay must leave every array as the launcher left it. A launcher that did part
 of its work without a kernel (a ``fill(0)`` of an accumulator, a copy from the host, a view of an
 input) fails that check and is simply always called. A plan is dropped when a file it came from
-changes (one ``fstat`` per file per call, as ``load_kernel`` does), so a rewritten ``%%kernel`` cell
-still takes effect at the next call.
+changes (checked at every call: one ``poll`` of the workspace's watch, :mod:`minitorch.watch`, or an
+``fstat`` per file where the file system cannot be watched), so a rewritten ``%%kernel`` cell still
+takes effect at the next call.
 
 Plans are used only where they cannot change what is observed: not while launches are being
 recorded (graph capture, the grader's replay checks), not when the grader traces or synchronises every
@@ -28,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from minitorch import backend, kernels
+from minitorch import backend, kernels, watch
 
 __all__ = ["clear", "enabled", "run", "stats"]
 
@@ -69,14 +70,22 @@ def stats() -> dict[str, int]:
 
 
 class _Plan:
-    __slots__ = ("files", "launches")
+    __slots__ = ("directory", "files", "launches", "verified")
 
     def __init__(self, files: tuple[tuple[str, tuple[int, int, int]], ...], launches: list[tuple]) -> None:
         self.files = files  # (path, (mtime, size, inode) when recorded) of every learner file used
         self.launches = launches  # (raw kernel, grid, block, argument template, slots, shared, kwargs, count key)
+        folders = {os.path.dirname(path) for path, _ in files}
+        self.directory = folders.pop() if len(folders) == 1 else None  # the workspace, in practice
+        self.verified: int | None = None  # the watch generation at which the files were last found unchanged
 
     def current(self) -> bool:
-        """Whether every file the plan came from is unchanged (``kernels.file_stamp``, an ``fstat``)."""
+        """Whether every file the plan came from is unchanged: nothing happened in the workspace since
+        they were last checked (:mod:`minitorch.watch`, one ``poll``), or each file's stamp is as
+        recorded (``kernels.file_stamp``)."""
+        now = watch.generation(self.directory) if self.directory is not None else None
+        if now is not None and now == self.verified:
+            return True
         stamp = kernels.file_stamp
         try:
             for path, recorded in self.files:
@@ -84,6 +93,7 @@ class _Plan:
                     return False
         except FileNotFoundError:
             return False
+        self.verified = now
         return True
 
     def replay(self, args: Sequence[Any], *, count: bool = True) -> None:
