@@ -1,16 +1,18 @@
 """Phase 6 deliverable benchmark: the MNIST CNN trained by minitorch against PyTorch eager, for the chapter.
 
 Trains the lab's network with the lab's recipe (solutions/phase6_cnn.ipynb, "The deliverable"): the course's
-CNN, Adam with a learning rate of 2e-3 decayed along a cosine epoch by epoch, batches of 64, the step captured
-into a graph each epoch and replayed for every batch) on the reference solution files, and PyTorch's own
-modules eagerly (the way most PyTorch code runs) with the same initial weights (copied from minitorch's), the
-same batches in the same order and the same learning rates. Writes ``benchmarks/results/phase6_mnist-<gpu>.json``,
+CNN, Adam with a learning rate of 2e-3 decayed along a cosine epoch by epoch, every training image moved by up
+to a pixel each epoch (``data.random_shift``), batches of 64, the step captured into a graph each epoch and
+replayed for every batch) on the reference solution files, and PyTorch's own modules eagerly (the way most
+PyTorch code runs) with the same initial weights (copied from minitorch's), the same batches of the same moved
+images in the same order and the same learning rates. Writes ``benchmarks/results/phase6_mnist-<gpu>.json``,
 rows by ``kind``:
 
-- ``epoch``: ``framework`` (``minitorch`` or ``pytorch``), ``recipe`` (``cosine``, the lab's; ``constant``:
-  plain Adam at 1e-3, minitorch only, for comparison), epoch, learning rate, training loss, accuracy on the
-  10,000 test images, and ``seconds``: the epoch's training time (batches gathered on the host, copied, one
-  step each; the scoring after the epoch is not counted);
+- ``epoch``: ``framework`` (``minitorch`` or ``pytorch``), ``recipe`` (``cosine_shift``, the lab's;
+  ``constant``: plain Adam at 1e-3 on the images as they are, minitorch only, for comparison; see ``RECIPES``),
+  epoch, learning rate, training loss, accuracy on the 10,000 test images, and ``seconds``: the epoch's
+  training time (batches gathered on the host, copied, one step each; moving the images and the scoring after
+  the epoch are not counted);
 - ``summary``: final accuracy, the median epoch time, and for minitorch the kernels one replay launches;
 - ``eager_epoch``: one epoch of minitorch without the graph (every launch from Python);
 - ``confusion``, ``mistakes`` (test images the model gets wrong, as uint8 pixels), ``filters`` (the first
@@ -42,14 +44,29 @@ LABS = ("phase1_memory", "phase2_kernels", "phase3a_forward", "phase3b_backward"
 FULL = dict(epochs=10, train_images=60_000, test_images=10_000)
 SMALL = dict(epochs=2, train_images=640, test_images=500)
 REDUCED = dict(epochs=2, train_images=3_000, test_images=10_000)  # the lab's emulator configuration
-BATCH, LEARNING_RATE, SEED = 64, 2e-3, 0
+BATCH, LEARNING_RATE, SEED, MAX_SHIFT = 64, 2e-3, 0, 1
 CONSTANT_RATE = 1e-3
+# recipe -> (learning rate: "constant" at CONSTANT_RATE or "cosine" from LEARNING_RATE, pixels images move by)
+RECIPES = {"constant": ("constant", 0), "cosine": ("cosine", 0), "cosine_shift": ("cosine", MAX_SHIFT)}
+LAB_RECIPE = "cosine_shift"
 
 
 def learning_rate(recipe: str, epoch: int, epochs: int) -> float:
-    if recipe == "constant":
+    if RECIPES[recipe][0] == "constant":
         return CONSTANT_RATE
     return LEARNING_RATE * 0.5 * (1 + math.cos(math.pi * epoch / epochs))
+
+
+def epoch_images(arrays: dict, recipe: str, epoch: int) -> np.ndarray:
+    """The standardised training images of one epoch: moved by up to ``RECIPES[recipe][1]`` pixels (drawn from
+    the seed and the epoch, so both frameworks see the same images), or as they are."""
+    from minitorch import data
+
+    shift = RECIPES[recipe][1]
+    if not shift:
+        return arrays["x_train"]
+    moved = data.random_shift(arrays["train_u8"], np.random.default_rng([arrays["seed"], epoch]), shift)
+    return arrays["standardise"](moved)
 
 
 def load(config: dict, seed: int = SEED) -> dict:
@@ -66,6 +83,7 @@ def load(config: dict, seed: int = SEED) -> dict:
     chosen = np.sort(rng.choice(len(train_images), config["train_images"], replace=False))
     n_test = config["test_images"]
     return {"x_train": standardise(train_images[chosen]), "y_train": train_labels[chosen].astype(np.int64),
+            "train_u8": train_images[chosen], "standardise": standardise, "seed": seed,
             "x_test": standardise(test_images[:n_test]), "y_test": test_labels[:n_test].astype(np.int64),
             "test_images": test_images[:n_test], "mean": mean, "std": std,
             # every epoch's order, drawn once: both frameworks see the same batches
@@ -101,13 +119,14 @@ def train_minitorch(arrays: dict, config: dict, recipe: str, seed: int = SEED) -
         optimizer.step()
         loss_sum.copy_(loss_sum + loss.detach())
 
-    x_train, y_train = arrays["x_train"], arrays["y_train"].astype(np.int32)
+    y_train = arrays["y_train"].astype(np.int32)
     steps, epochs = len(arrays["orders"][0]) // BATCH, config["epochs"]
     history, launches = [], 0
     text = io.StringIO()  # the bar's output: its last line goes to the chapter
     bar = progress(range(epochs * steps), desc="MNIST", unit="step", file=text, min_interval=0.5, width=88)
     for epoch, order in enumerate(arrays["orders"]):
         optimizer.lr = learning_rate(recipe, epoch, epochs)
+        x_train = epoch_images(arrays, recipe, epoch)
         backend.synchronize()
         start = time.perf_counter()
         step = graph.capture(train_step)
@@ -172,7 +191,7 @@ def eager_epoch(arrays: dict) -> dict:
     return {"kind": "eager_epoch", "framework": "minitorch", "seconds": seconds, "steps": steps}
 
 
-def train_pytorch(arrays: dict, config: dict, gpu: bool) -> tuple[list[dict], dict]:
+def train_pytorch(arrays: dict, config: dict, gpu: bool, recipe: str = LAB_RECIPE) -> tuple[list[dict], dict]:
     """PyTorch eager: the same network from the same initial weights, the same batches and learning rates."""
     import torch
 
@@ -186,13 +205,14 @@ def train_pytorch(arrays: dict, config: dict, gpu: bool) -> tuple[list[dict], di
             value = p.numpy().T if p.ndim == 2 else p.numpy()  # minitorch's Linear is (in, out)
             t.copy_(torch.from_numpy(np.ascontiguousarray(value)))
     adam = torch.optim.Adam(net.parameters(), lr=LEARNING_RATE)
-    x_train, y_train = arrays["x_train"], arrays["y_train"]
+    y_train = arrays["y_train"]
     x_test = torch.from_numpy(arrays["x_test"]).to(dev)
     steps, epochs = len(arrays["orders"][0]) // BATCH, config["epochs"]
     history = []
     for epoch, order in enumerate(arrays["orders"]):
         for group in adam.param_groups:
-            group["lr"] = learning_rate("cosine", epoch, epochs)
+            group["lr"] = learning_rate(recipe, epoch, epochs)
+        x_train = epoch_images(arrays, recipe, epoch)
         if gpu:
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -211,11 +231,11 @@ def train_pytorch(arrays: dict, config: dict, gpu: bool) -> tuple[list[dict], di
         with torch.no_grad():
             predicted = torch.cat([net(x_test[i:i + 1000]).argmax(dim=1) for i in range(0, len(x_test), 1000)])
         accuracy = float((predicted.cpu().numpy() == arrays["y_test"]).mean())
-        history.append({"kind": "epoch", "framework": "pytorch", "recipe": "cosine", "epoch": epoch + 1,
+        history.append({"kind": "epoch", "framework": "pytorch", "recipe": recipe, "epoch": epoch + 1,
                         "lr": adam.param_groups[0]["lr"], "train_loss": float(total) / steps,
                         "test_accuracy": accuracy, "seconds": seconds})
         print(f"pytorch epoch {epoch + 1}: accuracy {accuracy:.2%}, {seconds:.2f} s", flush=True)
-    summary = {"kind": "summary", "framework": "pytorch", "recipe": "cosine", "test_accuracy": accuracy,
+    summary = {"kind": "summary", "framework": "pytorch", "recipe": recipe, "test_accuracy": accuracy,
                "epoch_seconds": statistics.median(h["seconds"] for h in history), "torch": torch.__version__}
     return history, summary
 
@@ -244,7 +264,7 @@ def calibrate(seeds: list[int], out: Path | None) -> int:
         arrays = load(REDUCED, seed)
         start = time.perf_counter()
         monitor = {**arrays, "x_test": arrays["x_test"][:1000], "y_test": arrays["y_test"][:1000]}  # as the lab
-        history, _, model = train_minitorch(monitor, REDUCED, "cosine", seed)
+        history, _, model = train_minitorch(monitor, REDUCED, LAB_RECIPE, seed)
         accuracy = float(np.mean(predict_minitorch(model, arrays["x_test"]) == arrays["y_test"]))
         rows.append({"kind": "reduced", "seed": seed, "test_accuracy": accuracy, "history": history,
                      "seconds": time.perf_counter() - start})
@@ -254,7 +274,8 @@ def calibrate(seeds: list[int], out: Path | None) -> int:
     if out is not None:
         common.RESULTS = out
     write_results("phase6_mnist_reduced", emulator_name() if device == "emu" else gpu_name(), rows,
-                  config=REDUCED, batch_size=BATCH, learning_rate=LEARNING_RATE)
+                  config=REDUCED, batch_size=BATCH, learning_rate=LEARNING_RATE, recipe=LAB_RECIPE,
+                  max_shift=MAX_SHIFT)
     return 0
 
 
@@ -283,9 +304,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {device}; configuration {config}", flush=True)
     arrays = load(config)
     warm = {**arrays, "orders": [arrays["orders"][0][:3 * BATCH]]}  # compile every kernel before timing
-    train_minitorch(warm, {**config, "epochs": 1}, "cosine")
+    train_minitorch(warm, {**config, "epochs": 1}, LAB_RECIPE)
     rows, summaries = [], []
-    history, summary, model = train_minitorch(arrays, config, "cosine")
+    history, summary, model = train_minitorch(arrays, config, LAB_RECIPE)
     rows += history
     summaries.append(summary)
     rows += figures(model, arrays)
@@ -315,6 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     common.RESULTS = out
     write_results("phase6_mnist", device, rows, configuration="full" if gpu else "small", config=config,
                   batch_size=BATCH, learning_rate=LEARNING_RATE, constant_rate=CONSTANT_RATE, seed=SEED,
+                  recipe=LAB_RECIPE, max_shift=MAX_SHIFT,
                   input_mean=arrays["mean"], input_std=arrays["std"])
     return 0
 

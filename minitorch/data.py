@@ -135,6 +135,32 @@ def load_mnist(split: str = "train", root: Path | None = None) -> tuple[np.ndarr
     return images, labels
 
 
+def random_shift(images: np.ndarray, rng: np.random.Generator, max_shift: int = 1, fill: int | float = 0
+                 ) -> np.ndarray:
+    """A copy of ``images`` (N, ..., H, W) with each image moved by a random whole number of pixels, from
+    ``-max_shift`` to ``max_shift`` along each of its last two axes (every offset equally likely), the pixels
+    it uncovers set to ``fill``. Training on digits moved by a pixel teaches a network that a digit moved is
+    the same digit: the data augmentation of the MNIST recipe (Phase 6)."""
+    images = np.asarray(images)
+    if images.ndim < 3:
+        raise ValueError(f"random_shift: expected images of shape (N, ..., H, W), got shape {images.shape}")
+    if isinstance(max_shift, bool) or not isinstance(max_shift, (int, np.integer)) or not (
+            0 <= max_shift < min(images.shape[-2:])):
+        raise ValueError(f"random_shift: max_shift must be an int from 0 to {min(images.shape[-2:]) - 1} for "
+                         f"images of {images.shape[-2]} x {images.shape[-1]}, got {max_shift!r}")
+    k = int(max_shift)
+    offsets = rng.integers(-k, k + 1, size=(len(images), 2))
+    out = np.full_like(images, fill)
+    height, width = images.shape[-2:]
+    for dy in range(-k, k + 1):  # one slice copy per offset: (2k + 1)^2 copies, not one per image
+        for dx in range(-k, k + 1):
+            chosen = np.flatnonzero((offsets[:, 0] == dy) & (offsets[:, 1] == dx))
+            if chosen.size:
+                out[chosen, ..., max(dy, 0):height + min(dy, 0), max(dx, 0):width + min(dx, 0)] = \
+                    images[chosen, ..., max(-dy, 0):height + min(-dy, 0), max(-dx, 0):width + min(-dx, 0)]
+    return out
+
+
 def load_tinyshakespeare(root: Path | None = None) -> str:
     """The Tiny Shakespeare corpus (1,115,394 characters) as one string."""
     return (fetch("tinyshakespeare", root) / "input.txt").read_text(encoding="utf-8")

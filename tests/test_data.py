@@ -69,3 +69,44 @@ def test_unknown_dataset_and_split():
         data.fetch("cifar")
     with pytest.raises(ValueError, match="'train' or 'test'"):
         data.load_mnist("validation")
+
+
+def _shift_reference(image: np.ndarray, dy: int, dx: int, fill: int) -> np.ndarray:
+    """image moved dy pixels down and dx right, pixel by pixel."""
+    out = np.full_like(image, fill)
+    height, width = image.shape[-2:]
+    for y in range(height):
+        for x in range(width):
+            if 0 <= y - dy < height and 0 <= x - dx < width:
+                out[..., y, x] = image[..., y - dy, x - dx]
+    return out
+
+
+@pytest.mark.parametrize("shape, max_shift", [((40, 7, 5), 1), ((300, 2, 6, 9), 2), ((3, 4, 4), 0)])
+def test_random_shift_moves_each_image_by_an_offset_in_range(shape, max_shift):
+    images = np.random.default_rng(0).integers(1, 255, shape, dtype=np.uint8)  # no pixel equals the fill
+    shifted = data.random_shift(images, np.random.default_rng(1), max_shift, fill=0)
+    assert shifted.shape == images.shape and shifted.dtype == images.dtype
+    seen = set()
+    for image, got in zip(images, shifted, strict=True):
+        matches = [(dy, dx) for dy in range(-max_shift, max_shift + 1) for dx in range(-max_shift, max_shift + 1)
+                   if np.array_equal(got, _shift_reference(image, dy, dx, 0))]
+        assert len(matches) == 1, "each image is its original moved by one offset within max_shift"
+        seen.add(matches[0])
+    if len(images) >= 300:  # every offset drawn (25 of them, 300 draws)
+        assert len(seen) == (2 * max_shift + 1) ** 2, f"offsets drawn: {sorted(seen)}"
+    assert np.array_equal(data.random_shift(images, np.random.default_rng(1), max_shift), shifted)  # seeded
+
+
+def test_random_shift_fills_and_checks_its_arguments():
+    images = np.ones((200, 6, 6), np.float32)
+    shifted = data.random_shift(images, np.random.default_rng(2), 1, fill=-0.5)
+    uncovered = shifted == -0.5
+    assert uncovered.any() and set(np.unique(shifted)) == {-0.5, 1.0}
+    assert uncovered.sum(axis=(1, 2)).max() == 11  # a corner move uncovers a row and a column: 6 + 6 - 1
+    with pytest.raises(ValueError, match="max_shift must be an int from 0 to 5"):
+        data.random_shift(images, np.random.default_rng(0), 6)
+    with pytest.raises(ValueError, match="max_shift"):
+        data.random_shift(images, np.random.default_rng(0), 1.5)
+    with pytest.raises(ValueError, match=r"shape \(N, ..., H, W\)"):
+        data.random_shift(np.ones((6, 6)), np.random.default_rng(0), 1)
