@@ -102,18 +102,29 @@ class _Plan:
             values = list(template)
             for position, index in slots:
                 values[position] = args[index]
-            raw(grid, block, tuple(values), shared_mem=shared, **kwargs)
+            if kwargs:
+                raw(grid, block, tuple(values), shared_mem=shared, **kwargs)
+            elif shared:
+                raw(grid, block, tuple(values), shared_mem=shared)
+            else:  # the usual launch: the fewest arguments to convert
+                raw(grid, block, tuple(values))
             if count:
                 counts[key] = counts.get(key, 0) + 1
+
+
+def _cupy_signature(value: Any) -> tuple:
+    return (value.shape, value.dtype, value.strides, value.data.ptr & 15)
+
+
+def _emu_signature(value: Any) -> tuple:
+    return (value.shape, value.dtype, value.ptr & 15)  # the emulator's arrays are always C-contiguous
 
 
 def _signature(value: Any, array_type: type) -> Any:
     """What a launcher may depend on: an array's shape, dtype, strides and alignment; a scalar's value.
     Raises TypeError for anything else (the call is then not planned)."""
     if type(value) is array_type:
-        if array_type.__name__ == "DeviceArray":  # the emulator's: always C-contiguous, so no strides
-            return (value.shape, value.dtype, value.ptr & 15)
-        return (value.shape, value.dtype, value.strides, value.data.ptr & 15)
+        return _ARRAY_SIGNATURES.get(array_type, _cupy_signature)(value)
     if isinstance(value, _SCALARS):
         return (type(value), value)
     if type(value) is tuple and all(isinstance(v, _SCALARS) for v in value):
@@ -121,12 +132,23 @@ def _signature(value: Any, array_type: type) -> Any:
     raise TypeError(type(value).__name__)
 
 
+_ARRAY_SIGNATURES: dict[type, Callable[[Any], tuple]] = {}
+
+
+def _array_signature(array_type: type) -> Callable[[Any], tuple]:
+    found = _ARRAY_SIGNATURES.get(array_type)
+    if found is None:
+        found = _ARRAY_SIGNATURES[array_type] = (_emu_signature if array_type.__name__ == "DeviceArray"
+                                                 else _cupy_signature)
+    return found
+
+
 def _aliasing(args: tuple) -> tuple[int, ...] | None:
     """None when every argument is a distinct object, else which earlier argument each one is: ``a * a``
     passes one array twice, and its plan must not serve ``a * b``."""
-    ids = [id(a) for a in args]
-    if len(set(ids)) == len(ids):
+    if len({id(a) for a in args}) == len(args):
         return None
+    ids = [id(a) for a in args]
     return tuple(ids.index(i) for i in ids)
 
 
@@ -143,8 +165,9 @@ def run(device: str, filename: str, function: str, call: Callable[[], Any], args
     be = backend._BACKENDS.get(device) or backend.get_backend(device)
     array_type = be.array_type
     try:
+        sign = _array_signature(array_type)
         key = (device, kernels.workspace_dir(), filename, function,
-               tuple([_signature(a, array_type) for a in args]),
+               tuple([sign(a) if type(a) is array_type else _signature(a, array_type) for a in args]),
                tuple((k, _signature(v, array_type)) for k, v in kwargs.items()) if kwargs else (),
                _aliasing(args))
     except TypeError:
