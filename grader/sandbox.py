@@ -135,7 +135,13 @@ def command(inner: list[str], stage: Path, submissions: Path, limits: Limits) ->
     hidden = _hidden_dirs(submissions)
     for h in hidden:
         cmd += ["--tmpfs", str(h)]
-    cmd += _rebind(_readonly_rebinds(hidden), hidden)
+    rebound = _readonly_rebinds(hidden)
+    cmd += _rebind(rebound, hidden)
+    # bwrap mounts in order: a hidden directory inside one brought back (submissions kept in the course's
+    # clone, say) would reappear with it, so it is covered again.
+    for h in hidden:
+        if any(h != n and h.is_relative_to(n) for n in rebound):
+            cmd += ["--tmpfs", str(h)]
     cmd += ["--tmpfs", str(INSIDE)]
     # Needed paths under /tmp (a data directory, say) come back read-only; /tmp itself never does.
     cmd += _rebind([n for n in _readonly_rebinds([INSIDE]) if n != INSIDE and not n.is_relative_to(stage)],

@@ -27,10 +27,8 @@ REPO = Path(__file__).resolve().parents[2]
 SOLUTION = REPO / "solutions" / "phase1_memory.ipynb"
 THRESHOLDS = REPO / "grader" / "thresholds.toml"
 
-pytestmark = [
-    pytest.mark.skipif(not SOLUTION.exists(), reason="solutions/phase1_memory.ipynb not written yet"),
-    pytest.mark.skipif(sandbox.bwrap_path() is None, reason="bubblewrap (bwrap) is not installed"),
-]
+pytestmark = pytest.mark.skipif(not SOLUTION.exists(), reason="solutions/phase1_memory.ipynb not written yet")
+needs_bwrap = pytest.mark.skipif(sandbox.bwrap_path() is None, reason="bubblewrap (bwrap) is not installed")
 
 ATTACK = r'''
 import os, socket, subprocess, sys, time
@@ -115,6 +113,7 @@ def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+@needs_bwrap
 def test_malicious_submission_is_contained_and_honest_one_passes(tmp_path):
     subs = tmp_path / "submissions"
     (subs / "alice").mkdir(parents=True)
@@ -163,6 +162,7 @@ def test_malicious_submission_is_contained_and_honest_one_passes(tmp_path):
     assert _sha(subs / "alice" / "phase1_memory.ipynb") == alice_before
 
 
+@needs_bwrap
 def test_breach_is_detected_without_the_sandbox(tmp_path):
     """The attack cell is not a test that cannot fail: unsandboxed, mallory's first attempt succeeds."""
     subs = tmp_path / "submissions"
@@ -185,3 +185,52 @@ def test_grade_all_refuses_without_bwrap(tmp_path, monkeypatch):
     monkeypatch.setattr(sandbox, "bwrap_path", lambda: None)
     code = cli.main(["grade-all", str(subs), "--phase", "phase1", "--csv", str(tmp_path / "g.csv")])
     assert code == cli.EXIT_CANNOT_GRADE and not (tmp_path / "g.csv").exists()
+
+
+def _mounts(cmd: list[str]) -> list[tuple[str, str]]:
+    """(option, target) of every mount in a bwrap command line, in order."""
+    out, i = [], 0
+    while i < len(cmd):
+        if cmd[i] in ("--tmpfs", "--dir"):
+            out.append((cmd[i], cmd[i + 1]))
+            i += 2
+        elif cmd[i] in ("--ro-bind", "--bind"):
+            out.append((cmd[i], cmd[i + 2]))
+            i += 3
+        else:
+            i += 1
+    return out
+
+
+def test_submissions_inside_the_course_stay_hidden(monkeypatch):
+    """An instructor who keeps the submissions in the course's clone: the course comes back read-only, the
+    submissions under it must not (the last mount that covers them is an empty tmpfs)."""
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
+    submissions = REPO / "submissions"
+    monkeypatch.setattr(sandbox, "_hidden_dirs", lambda _: [submissions, REPO.parent])
+    cmd = sandbox.command(["true"], Path("/nonexistent-stage"), submissions, sandbox.Limits())
+    covering = [(option, target) for option, target in _mounts(cmd)
+                if submissions.is_relative_to(Path(target)) and option != "--dir"]
+    assert ("--ro-bind", str(REPO.resolve())) in covering, covering  # the course is visible
+    assert covering[-1] == ("--tmpfs", str(submissions)), covering  # and its submissions are not
+
+
+@needs_bwrap
+def test_a_submission_cannot_read_one_kept_inside_the_course(tmp_path, monkeypatch):
+    """The same, run: the course's clone in the (hidden) home directory, the submissions inside the clone; from
+    inside the sandbox the course is there and the other submission is not."""
+    monkeypatch.setenv("HOME", str(REPO.parent))  # the course's clone in the home directory
+    submissions = Path(REPO / f".sandbox-test-{os.getpid()}")
+    submissions.mkdir()
+    try:
+        (submissions / "other.ipynb").write_text("secret")
+        stage = tmp_path / "stage"
+        for sub in ("submission", "workspace"):
+            (stage / sub).mkdir(parents=True)
+        inner = [sys.executable, "-c", f"import os; print(os.path.exists({str(submissions / 'other.ipynb')!r}), "
+                                       f"os.path.exists({str(REPO / 'grader' / 'thresholds.toml')!r}))"]
+        cmd = sandbox.command(inner, stage, submissions, sandbox.Limits())
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=sandbox.sandbox_env(os.environ))
+        assert out.stdout.split() == ["False", "True"], (out.stdout, out.stderr)
+    finally:
+        shutil.rmtree(submissions)
