@@ -1,7 +1,8 @@
 """Grade the reference solutions of a phase on the GPU and keep the record (`make test-gpu`).
 
 Runs `grader check <phase> --solutions --device cuda --require-perf --json`, prints the grader's
-verdict and performance figures, and writes them to benchmarks/results/grade-<phase>-<gpu>.json:
+verdict, performance figures and notes (a deliverable's sampled text), and writes them to
+benchmarks/results/grade-<phase>-<gpu>.json:
 the calibration data behind grader/thresholds.toml. Exits non-zero when the phase does not pass.
 """
 
@@ -34,8 +35,11 @@ def main(phase: str) -> int:
         else:  # a figure with a bar of its own, e.g. a deliverable's loss (at most) or accuracy (at least)
             print(f"{r['name']:<28} {r['measured']:.4f} {r['unit']} ({r.get('direction', 'threshold')} "
                   f"{r['threshold']})")
+    notes = {c["name"]: c["notes"] for c in report["checks"] if c.get("notes")}  # e.g. Phase 7's sampled text
+    for name, said in notes.items():
+        print(f"note ({name}): " + "\n".join(said))
     write_results(f"grade-{phase}", gpu_name(), perf, passed=report["passed"], seed=report["seed"],
-                  checks={c["name"]: c["result"] for c in report["checks"]})
+                  checks={c["name"]: c["result"] for c in report["checks"]}, notes=notes)
     print(f"{phase}: {'PASSED' if report['passed'] else 'NOT PASSED'} on {report['device']}")
     return 0 if report["passed"] else 1
 

@@ -18,7 +18,8 @@ Runs on the reference solution files of Phases 1-7 (a temporary workspace) and w
 
 On a GPU: ``python benchmarks/phase7_gpt.py`` (about two minutes on an H100). ``--small`` runs every line on the
 emulator with a reduced model, a few steps and tiny kernels (PyTorch on the cpu), and writes its JSON into a
-temporary directory: a check of the script, whose numbers say nothing about a GPU.
+temporary directory: a check of the script, whose numbers say nothing about a GPU. ``--calibrate 0,1,2,3`` trains
+the lab's reduced configuration on the emulator from those seeds: the calibration of its bar.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ FULL = dict(model=dict(d_model=64, n_head=4, n_layer=2, block_size=64),
             train=dict(steps=1000, batch_size=64, lr=3e-3, eval_every=50), sample_at=(0, 250, 500, 1000))
 SMALL = dict(model=dict(d_model=32, n_head=2, n_layer=1, block_size=16),
              train=dict(steps=20, batch_size=16, lr=1e-2, eval_every=10), sample_at=(0, 20))
+# The lab's configuration on the emulator (its bar: phase7.shakespeare_val_loss_reduced), for --calibrate.
+REDUCED = dict(model=dict(d_model=32, n_head=2, n_layer=1, block_size=16),
+               train=dict(steps=300, batch_size=16, lr=1e-2))
 WEIGHT_DECAY, CLIP, SEED, EVAL_WINDOWS, SAMPLE_CHARS = 0.01, 1.0, 0, 256, 200
 LINE = "ROMEO:\nBut, soft! what light through yonder window breaks?\nIt is the east"
 
@@ -342,17 +346,66 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
                   "seed": SEED, "eval_windows": EVAL_WINDOWS, "torch": torch.__version__}
 
 
+def calibrate(seeds: list[int]) -> int:
+    """The lab's reduced configuration (the emulator's) trained as the lab trains it, from several seeds (the
+    initial weights and the batches), each scored on the grader's 256 validation windows: the data behind
+    ``phase7.shakespeare_val_loss_reduced`` in grader/thresholds.toml. Writes ``phase7_gpt_reduced-<device>.json``."""
+    import minitorch
+    from minitorch import data, graph, nn, optim, text
+    from minitorch import functional as F  # noqa: N812
+
+    model_cfg, train_cfg = REDUCED["model"], REDUCED["train"]
+    corpus = data.load_tinyshakespeare()
+    tokenizer = text.CharTokenizer.from_text(corpus)
+    train_ids, val_ids = text.train_val_split(tokenizer.encode(corpus), 0.9)
+    vocab, b, t = tokenizer.vocab_size, train_cfg["batch_size"], model_cfg["block_size"]
+    val_x, val_y = text.evaluation_windows(val_ids, t, EVAL_WINDOWS)
+    val_xt, val_yt = minitorch.tensor(val_x, dtype="int32"), minitorch.tensor(val_y.reshape(-1), dtype="int32")
+    rows = []
+    for seed in seeds:
+        start = time.perf_counter()
+        model = nn.GPT(vocab, **model_cfg, seed=seed)
+        opt = optim.AdamW(model.parameters(), lr=train_cfg["lr"], weight_decay=WEIGHT_DECAY)
+        xb, yb = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
+
+        def step(model=model, opt=opt, xb=xb, yb=yb):
+            loss = F.cross_entropy(model(xb).reshape(b * t, vocab), yb.reshape(b * t))
+            opt.zero_grad()
+            loss.backward()
+            optim.clip_grad_norm_(model.parameters(), CLIP)
+            opt.step()
+            return loss
+
+        captured = graph.capture(step)
+        windows = text.RandomWindows(train_ids, t, b, seed=seed)
+        for _ in range(train_cfg["steps"]):
+            x, y = windows.sample()
+            xb.copy_from(x)
+            yb.copy_from(y)
+            captured.replay()
+        with minitorch.no_grad():
+            loss = F.cross_entropy(model(val_xt).reshape(-1, vocab), val_yt).item()
+        rows.append({"kind": "reduced", "seed": seed, "val_loss": loss, "seconds": time.perf_counter() - start})
+        print(f"reduced configuration, seed {seed}: validation loss {loss:.4f}", flush=True)
+    device = minitorch.get_device()
+    write_results("phase7_gpt_reduced", emulator_name() if device == "emu" else gpu_name(), rows,
+                  config=REDUCED, weight_decay=WEIGHT_DECAY, clip=CLIP, eval_windows=EVAL_WINDOWS)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--small", action="store_true",
                         help="the emulator, a reduced model, a few steps, tiny kernels: a check of this script")
     parser.add_argument("--workspace", help="a workspace that already holds the Phase 1-7 files")
+    parser.add_argument("--calibrate", metavar="SEEDS", help="train the lab's reduced configuration on the "
+                        "emulator from these seeds (e.g. 0,1,2,3) and write phase7_gpt_reduced-<device>.json")
     args = parser.parse_args(argv)
     os.environ["MINITORCH_WORKSPACE"] = str(args.workspace or tempfile.mkdtemp(prefix="minitorch-bench-"))
     import minitorch
     from minitorch.kernels import write_source
 
-    device = "emu" if args.small else "cuda"
+    device = "emu" if args.small or args.calibrate else "cuda"
     if device == "cuda" and not minitorch.cuda_available():
         print("no usable GPU: run with --small for a check of the script on the emulator", file=sys.stderr)
         return 1
@@ -364,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             for name, source in solution_sources(f"{lab}.ipynb").items():
                 write_source(name, source)
+    if args.calibrate:
+        return calibrate([int(seed) for seed in args.calibrate.split(",")])
     name = gpu_name() if device == "cuda" else emulator_name()
     print(f"device: {name}", flush=True)
     rows = bandwidth_rows(device, args.small) + attention_rows(device, args.small)
