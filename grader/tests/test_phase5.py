@@ -4,7 +4,8 @@ Run by `grader check phase5`, on the active device (cuda or emu), with fresh ran
 printed in the report), sizes that are no multiple of any tile, outputs poisoned with NaN before every
 launch, and a check that the learner's kernel really ran. Every value is compared with A·B computed
 by NumPy in float64, within the rounding bound of a float32 dot product. Performance (GPU only) is a
-ratio to cuBLAS (`cupy.matmul`) or to rung 1, measured in the same run.
+ratio to cuBLAS (`cupy.matmul`) or to the grader's own naive and coalesced kernels, measured in the same
+run.
 """
 
 from __future__ import annotations
@@ -289,6 +290,38 @@ def _square(cupy, size: int, seed: int) -> tuple[Any, Any, Any]:
     return a, b, cupy.empty((size, size), np.float32)
 
 
+# The yardsticks of rung 3, compiled by the grader (so no learner's rung 1 can lower the bar): the naive
+# kernel (threadIdx.x down the rows of C, the ladder's rung 1) and the coalesced one (threadIdx.x along a row,
+# rung 2, which Phase 2's matmul_naive already is). Tiles in shared memory must beat both.
+_YARDSTICKS = r"""
+extern "C" __global__ void naive(const float* A, const float* B, float* C, int M, int N, int K) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x, col = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row >= M || col >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc += A[(size_t)row * K + k] * B[(size_t)k * N + col];
+    C[(size_t)row * N + col] = acc;
+}
+extern "C" __global__ void coalesced(const float* A, const float* B, float* C, int M, int N, int K) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x, row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row >= M || col >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; ++k) acc += A[(size_t)row * K + k] * B[(size_t)k * N + col];
+    C[(size_t)row * N + col] = acc;
+}
+"""
+
+
+def _yardsticks(cupy, a: Any, b: Any, out: Any) -> dict[str, Any]:
+    """The grader's naive and coalesced GEMMs on (a, b) into out, as zero-argument launches (32 x 32 blocks)."""
+    module = cupy.RawModule(code=_YARDSTICKS)
+    (m, k), n = a.shape, b.shape[1]
+    size = (np.int32(m), np.int32(n), np.int32(k))
+    tiles = ((m + 31) // 32, (n + 31) // 32)
+    naive, coalesced = module.get_function("naive"), module.get_function("coalesced")
+    return {"naive": lambda: naive(tiles, (32, 32), (a, b, out) + size),
+            "coalesced": lambda: coalesced(tiles[::-1], (32, 32), (a, b, out) + size)}
+
+
 @pytest.mark.perf
 @pytest.mark.kernel("gemm.cu", "sgemm_3_shared")
 @pytest.mark.hint("rung 3 stages 32 x 32 tiles of A and B in shared memory, loaded coalesced, and reads each "
@@ -299,9 +332,15 @@ def test_perf_shared_memory_tiling_against_naive(record_property):
     a, b, out = _square(cupy, size, 0)
     gm = gemm_module()
     run_gemm("shared", 129, 65, 129, salt="perf")  # right before it is fast
-    checks.perf_ratio(f"rung 3 (shared) vs rung 1 (naive), {size}^3", lambda: gm.gemm(a, b, out, "shared"),
-                      lambda: gm.gemm(a, b, out, "naive"), 2 * size ** 3, "phase5.shared_vs_naive",
-                      record_property, unit="GFLOP/s", reference_name="your rung 1 (naive)")
+    yardsticks = _yardsticks(cupy, a, b, out)
+    yardsticks["naive"]()
+    np.testing.assert_allclose(cupy.asnumpy(out), cupy.asnumpy(a @ b), rtol=1e-3, atol=1e-3)  # the yardstick
+    checks.perf_ratio(f"rung 3 (shared) vs the naive kernel, {size}^3", lambda: gm.gemm(a, b, out, "shared"),
+                      yardsticks["naive"], 2 * size ** 3, "phase5.shared_vs_naive", record_property,
+                      unit="GFLOP/s", reference_name="the grader's naive kernel (rung 1)")
+    checks.perf_ratio(f"rung 3 (shared) vs the coalesced kernel, {size}^3", lambda: gm.gemm(a, b, out, "shared"),
+                      yardsticks["coalesced"], 2 * size ** 3, "phase5.shared_vs_coalesced", record_property,
+                      unit="GFLOP/s", reference_name="the grader's coalesced kernel (rung 2, Phase 2's)")
 
 
 @pytest.mark.perf

@@ -2,8 +2,8 @@
 
 Every fixture is the reference solution (with the earlier phases' files, which the framework uses) with
 one deliberate mistake, graded from a prepared workspace on the emulator: only the tests that matter
-run. The last one needs a GPU: a "tiled" rung that is the naive kernel under another name must fail the
-speed-up the course promises.
+run. The last ones need a GPU: a "tiled" rung that is the naive (or the coalesced) kernel under another name
+must fail the speed-up the course promises.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.checks import threshold
 from tests.grader.test_grader_fixtures import _emu_available, grade_workspace, replace_once, results
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,3 +167,26 @@ def test_tiled_rung_no_faster_than_naive_fails_the_speed_up(tmp_path):
                    "test_perf_shared_memory_tiling_against_naive", device="cuda")
     [check] = results(report, "test_perf_shared_memory_tiling_against_naive")
     assert check["result"] == "FAIL" and "at least 3.00x is needed" in check["reason"], check
+
+
+@pytest.mark.gpu
+def test_tiled_rung_that_is_only_coalesced_fails_the_speed_up(tmp_path):
+    """Rung 3's body replaced by a coalesced kernel without tiles (Phase 2's matmul): many times the naive
+    kernel, but not faster than the grader's coalesced one; and rung 1 made slower does not lower the bar."""
+    files = solution_sources()
+    cu = files["gemm.cu"]
+    begin, end = body_of(cu, 'extern "C" __global__ void sgemm_3_shared')
+    coalesced = NAIVE_BODY.replace("const int row = blockIdx.x * blockDim.x + threadIdx.x;",
+                                   "const int row = blockIdx.y * blockDim.y + threadIdx.y;").replace(
+                                   "const int col = blockIdx.y * blockDim.y + threadIdx.y;",
+                                   "const int col = blockIdx.x * blockDim.x + threadIdx.x;")
+    assert coalesced != NAIVE_BODY
+    cu = cu[:begin] + coalesced + cu[end:]
+    begin, end = body_of(cu, 'extern "C" __global__ void sgemm_1_naive')
+    slower = NAIVE_BODY.replace("for (int k = 0; k < K; ++k) {", "for (int k = 0; k < K; ++k) { __nanosleep(100);")
+    files["gemm.cu"] = cu[:begin] + slower + cu[end:]
+    report = grade(tmp_path, files, "--no-notebook", "--require-perf", "-k",
+                   "test_perf_shared_memory_tiling_against_naive", device="cuda")
+    [check] = results(report, "test_perf_shared_memory_tiling_against_naive")
+    needed = f"at least {threshold('phase5.shared_vs_coalesced'):.2f}x is needed (phase5.shared_vs_coalesced"
+    assert check["result"] == "FAIL" and needed in check["reason"], check
