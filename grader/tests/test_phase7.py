@@ -1031,8 +1031,12 @@ def _replay_case(name: str) -> tuple[str, Any, tuple, tuple, tuple]:
                   "PyTorch and copied in after (or instead of) the launch")
 def test_results_come_from_your_kernels(launcher):
     what, call, inputs, outputs, in_place = _replay_case(launcher)
-    checks.assert_computed_on_device(what, call, inputs=inputs, outputs=outputs, in_place=in_place, rtol=1e-5,
-                                     atol=1e-6)
+    # Sums made of atomicAdds (LayerNorm's weight and bias gradients, the embedding's, sum_squares) come out in
+    # another order on every run of a GPU: a replay differs in the last bits (1e-4 relative seen on an H100). A
+    # result written from the host is still caught: the replay starts from poisoned outputs.
+    atomic = launcher in ("layernorm_backward", "embedding_backward", "sum_squares")
+    checks.assert_computed_on_device(what, call, inputs=inputs, outputs=outputs, in_place=in_place,
+                                     rtol=1e-3 if atomic else 1e-5, atol=1e-5 if atomic else 1e-6)
 
 
 # ---------------------------------------------------------------- performance (GPU only)

@@ -121,6 +121,24 @@ def test_launcher_computing_with_numpy_is_rejected(tmp_path):
     assert replay["result"] == "FAIL" and "no kernel launch was recorded" in replay["reason"], replay
 
 
+@pytest.mark.gpu
+def test_launcher_calling_cupy_matmul_is_rejected(tmp_path):
+    """On a GPU the tempting shortcut is cuBLAS itself: the launcher hands the product to cupy.matmul."""
+    files = solution_sources()
+    files["gemm.py"] = replace_once(
+        files["gemm.py"], LAUNCH,
+        "    import cupy  # cuBLAS, not the kernels\n"
+        "    cupy.matmul(a.T if transpose_a else a, b.T if transpose_b else b, out=out)\n")
+    report = grade(tmp_path, files, "--no-notebook", "-k",
+                   "(test_rung_values and double_buffered and 129) or test_results_come_from_your_kernels",
+                   device="cuda")
+    checks = results(report, "test_rung_values")
+    assert checks and all(c["result"] == "FAIL" and "no launch of `sgemm_9_double_buffered`" in c["reason"]
+                          for c in checks), checks
+    [replay] = results(report, "test_results_come_from_your_kernels")
+    assert replay["result"] == "FAIL" and "no kernel launch was recorded" in replay["reason"], replay
+
+
 @needs_emu
 @pytest.mark.slow
 def test_launcher_overwriting_the_kernels_result_from_the_host_is_rejected(tmp_path):

@@ -282,6 +282,25 @@ def test_reduced_configuration_is_refused_on_a_gpu(tmp_path):
 
 
 @pytest.mark.gpu
+def test_a_gelu_computed_with_cupy_is_rejected(tmp_path):
+    """On a GPU the shortcut is CuPy's own elementwise maths: right values, no kernel of the learner's."""
+    files = solution_sources()
+    files["gelu.py"] = replace_once(
+        files["gelu.py"], GELU_LAUNCH,
+        "        import cupy  # CuPy, not the kernel\n"
+        "        u = 0.7978845608 * (x + 0.044715 * x**3)\n"
+        "        cupy.copyto(out, 0.5 * x * (1 + cupy.tanh(u)))\n")
+    report = grade_workspace(tmp_path, "phase7", files, "--no-notebook", "-k",
+                             "(test_gelu_forward_values and not 1000003) or (test_results_come_from_your_kernels "
+                             "and gelu_forward)", timeout=120, device="cuda")
+    checks = results(report, "test_gelu_forward_values")
+    assert checks and all(c["result"] == "FAIL" and "no launch of `gelu_forward` from gelu.cu" in c["reason"]
+                          for c in checks), checks
+    [replay] = results(report, "test_results_come_from_your_kernels")
+    assert replay["result"] == "FAIL" and "no kernel launch was recorded" in replay["reason"], replay
+
+
+@pytest.mark.gpu
 def test_slow_layernorm_fails_the_bandwidth_threshold(tmp_path):
     """A correct LayerNorm with one THREAD per row (a block of 256 rows): uncoalesced, far below the copy rate."""
     files = solution_sources()
