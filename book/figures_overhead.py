@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
-from figures import BLUE, GREY, ORANGE, VERMILLION, glue_figure, glue_md, latest, missing_figure
+from figures import BLUE, GREY, ORANGE, VERMILLION, _load, glue_figure, glue_md, latest, missing_figure, results_dir
 
 SCRIPT = "benchmarks/overhead.py"
 OPS = [("raw_cupy", "raw CuPy launch"), ("kernel_call", "Kernel.__call__"), ("load_and_call", "load_kernel + call"),
@@ -12,6 +12,26 @@ OPS = [("raw_cupy", "raw CuPy launch"), ("kernel_call", "Kernel.__call__"), ("lo
 
 def _by_what(res, kind: str) -> dict:
     return {r["what"]: r for r in res.rows if r["kind"] == kind}
+
+
+def _spread(device: str) -> str:
+    """A sentence on how much the per-op figures move between fresh processes on one device
+    (``overhead.py --label runN``), or "" when fewer than two such runs are committed."""
+    runs = []
+    for path in sorted(results_dir().glob("overhead_run*-*.json")):
+        res = _load(path, path.name.split("-", 1)[0])
+        ops = _by_what(res, "op")
+        if res.device == device and {"raw_cupy", "load_and_call", "tensor_add", "torch_add"} <= ops.keys():
+            runs.append((res, {k: v["microseconds"] for k, v in ops.items()}))
+    if len(runs) < 2:
+        return ""
+    add = [o["tensor_add"] / o["torch_add"] for _, o in runs]
+    load = [o["load_and_call"] / o["raw_cupy"] for _, o in runs]
+    dates = sorted({r.date for r, _ in runs})
+    return (f" Host times move between runs: in {len(runs)} fresh processes on the same {device} "
+            f"({', '.join(dates)}), `a + b` took {min(add):.2f}–{max(add):.2f}× PyTorch's `x + y` and "
+            f"`load_kernel` + call {min(load):.2f}–{max(load):.2f}× the raw launch "
+            f"(`benchmarks/results/overhead_run*.json`), so compare only figures measured in one run.")
 
 
 def overhead() -> None:
@@ -78,4 +98,4 @@ def overhead() -> None:
              f"{eager:.0f} µs; captured into a graph, {graph:.0f} µs")
     if "torch_eager" in steps:
         text += f", against {steps['torch_eager']['microseconds']:.0f} µs for PyTorch eager"
-    glue_md("overhead-text", text + ".")
+    glue_md("overhead-text", text + "." + _spread(after.device))
