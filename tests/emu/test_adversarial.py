@@ -305,6 +305,44 @@ def test_check_mode_is_quiet_on_the_fixed_reduction(monkeypatch: pytest.MonkeyPa
     np.testing.assert_allclose(got, ref, rtol=1e-5)
 
 
+HISTOGRAM_SRC = r"""
+extern "C" __global__ void histogram(const int* bins_of, int* out, int n) {
+    __shared__ int counts[4];
+    if (threadIdx.x < 4) counts[threadIdx.x] = 0;  // @zero
+    // BARRIER
+    for (int i = threadIdx.x; i < n; i += blockDim.x) atomicAdd(&counts[bins_of[i]], 1);  // @atomic
+    __syncthreads();
+    if (threadIdx.x < 4) out[threadIdx.x] = counts[threadIdx.x];
+}
+"""
+
+
+def _histogram(src: str) -> np.ndarray:
+    bins = np.arange(200, dtype=np.int32) % 4
+    out = emu.zeros(4, np.int32)
+    module(src).get_function("histogram")((1,), (64,), (emu.asarray(bins), out, np.int32(bins.size)))
+    emu.synchronize()
+    return emu.asnumpy(out)
+
+
+def test_check_mode_reports_a_plain_store_racing_another_threads_atomic() -> None:
+    """Zeroing an accumulator, then atomicAdd into it with no barrier between: on a GPU another warp's
+    atomics can land before the zero does. Atomics among themselves are not a race."""
+    with emu.check_mode(), pytest.raises(emu.KernelFault) as ei:
+        _histogram(HISTOGRAM_SRC)
+    assert ei.value.findings, str(ei.value)
+    f = ei.value.findings[0]
+    assert f["variable"] == "counts", f
+    assert {f["line"], f["other_line"]} == {line_of(HISTOGRAM_SRC, "zero"), line_of(HISTOGRAM_SRC, "atomic")}, f
+
+
+def test_check_mode_is_quiet_on_atomics_after_a_barrier() -> None:
+    with emu.check_mode(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = _histogram(HISTOGRAM_SRC.replace("// BARRIER", "__syncthreads();"))
+    np.testing.assert_array_equal(got, [50, 50, 50, 50])
+
+
 UNINIT_SRC = r"""
 extern "C" __global__ void half_init(float* out) {
     __shared__ float stage[64];

@@ -187,6 +187,7 @@ struct Acc {
   uint16_t tid;
   uint16_t wsync;
   uint8_t vol;
+  uint8_t atomic;  // an atomic operation: it races with plain accesses, never with other atomics
   uintptr_t pc;
 };
 struct Shadow {
@@ -859,7 +860,7 @@ static inline bool ordered(Worker* w, const Acc& a, uint16_t tid) {
 static inline void shadow_access(Worker* w, Shadow* s, int space, long long off, bool write, uintptr_t pc, int vol) {
   if (s->ignore) return;
   uint16_t tid = (uint16_t)w->ctx.tid_linear;
-  Acc me{w->epoch, tid, w->warps.empty() ? (uint16_t)0 : w->warps[tid / 32].wsync, (uint8_t)vol, pc};
+  Acc me{w->epoch, tid, w->warps.empty() ? (uint16_t)0 : w->warps[tid / 32].wsync, (uint8_t)vol, 0, pc};
   if (!write) {
     if (!s->init) add_finding(w, EMU_F_UNINIT, space, off, nullptr, tid, pc, vol);
     if (!ordered(w, s->w, tid)) add_finding(w, EMU_F_RAW, space, off, &s->w, tid, pc, vol);
@@ -968,19 +969,34 @@ EXPORT void __tsan_vptr_read(void*) {}
 EXPORT void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 EXPORT void __tsan_atomic_signal_fence(int) {}
 
-// Atomics: do the operation for real (blocks may run on several workers) and mark shared words
-// as initialised, without treating them as racy accesses.
+// Atomics: do the operation for real (blocks may run on several workers). In shared memory an atomic
+// counts as a write that races with another thread's plain access in the same barrier interval (zeroing
+// an accumulator, then atomicAdd into it without a barrier between), never with another atomic.
+static void shadow_atomic(Worker* w, Shadow* s, int space, long long off, uintptr_t pc) {
+  if (s->ignore) return;
+  uint16_t tid = (uint16_t)w->ctx.tid_linear;
+  Acc me{w->epoch, tid, w->warps.empty() ? (uint16_t)0 : w->warps[tid / 32].wsync, 0, 1, pc};
+  if (!s->w.atomic && !ordered(w, s->w, tid)) add_finding(w, EMU_F_WAW, space, off, &s->w, tid, pc, 0);
+  else if (!ordered(w, s->r1, tid)) add_finding(w, EMU_F_WAR, space, off, &s->r1, tid, pc, 0);
+  else if (!ordered(w, s->r2, tid)) add_finding(w, EMU_F_WAR, space, off, &s->r2, tid, pc, 0);
+  // A plain write of this interval stays the one later accesses are checked against, even after its
+  // own thread's atomics: another thread's atomic must still see it.
+  if (s->w.atomic || s->w.epoch != w->epoch) s->w = me;
+  s->init = 1;
+}
+
 static inline void atomic_touch(void* a, size_t n) {
   Worker* w = g_check_worker;
   if (!w) return;
-  uintptr_t x = (uintptr_t)a;
+  uintptr_t x = (uintptr_t)a, pc = RA;
   if (x >= w->st_lo && x < w->st_hi) {
-    for (uintptr_t y = x & ~(uintptr_t)3; y < x + n && y < w->st_hi; y += 4) w->sh_static[(y - w->st_lo) / 4].init = 1;
+    for (uintptr_t y = x & ~(uintptr_t)3; y < x + n && y < w->st_hi; y += 4)
+      shadow_atomic(w, &w->sh_static[(y - w->st_lo) / 4], 0, (long long)(y - (uintptr_t)w->tls_anchor), pc);
   } else if (x >= (uintptr_t)w->dyn_lo && x < (uintptr_t)w->dyn_lo + w->dyn_size) {
     for (uintptr_t y = x & ~(uintptr_t)3; y < x + n && y < (uintptr_t)w->dyn_lo + w->dyn_size; y += 4)
-      w->sh_dyn[(y - (uintptr_t)w->dyn_lo) / 4].init = 1;
+      shadow_atomic(w, &w->sh_dyn[(y - (uintptr_t)w->dyn_lo) / 4], 1, (long long)(y - (uintptr_t)w->dyn_lo), pc);
   } else {
-    chk(x, n, true, RA);
+    chk(x, n, true, pc);
   }
 }
 
