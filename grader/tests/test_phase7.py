@@ -134,6 +134,24 @@ def test_gelu_large_inputs():
         checks.assert_close(grad, gelu_tanh_slope(x64), rtol=1e-5, atol=1e-6, what="gelu_backward of large |x|")
 
 
+@GELU_FWD
+@pytest.mark.parametrize("shape", [(3, 37), (2, 5, 41)], ids=str)
+@pytest.mark.hint("gelu is elementwise over arrays of ANY shape (the framework passes (B, T, 4C) activations): n is "
+                  "x.size, every element, not len(x), the first dimension")
+def test_gelu_launchers_any_shape(shape):
+    r = checks.rng("gelu-shape", shape)
+    x, g = r.uniform(-4, 4, shape).astype(np.float32), r.standard_normal(shape).astype(np.float32)
+    out, grad_in = checks.poison(shape), checks.poison(shape)
+    gm = module("gelu.py")
+    run(f"gelu_forward(x of shape {shape}, out)", "gelu.cu", "gelu_forward", lambda: gm.gelu_forward(dev(x), out))
+    run(f"gelu_backward(x, grad_out of shape {shape}, grad_in)", "gelu.cu", "gelu_backward",
+        lambda: gm.gelu_backward(dev(x), dev(g), grad_in))
+    x64 = x.astype(np.float64)
+    checks.assert_close(out, gelu_tanh(x64), rtol=1e-5, atol=2e-6, what=f"gelu_forward, x of shape {shape}")
+    checks.assert_close(grad_in, g * gelu_tanh_slope(x64), rtol=1e-5, atol=2e-6,
+                        what=f"gelu_backward, x of shape {shape}")
+
+
 @pytest.mark.parametrize("kernel", ["gelu_forward", "gelu_backward"])
 @pytest.mark.hint("a grid-stride loop: i += gridDim.x * blockDim.x, so that any grid covers any n")
 def test_gelu_kernels_any_grid(kernel):
@@ -234,6 +252,27 @@ def test_layernorm_eps_inside_the_square_root(std):
 
 
 @LN_FWD
+@pytest.mark.parametrize("eps", [1e-3, 0.1])
+@pytest.mark.hint("use the eps argument (layernorm_forward(..., eps)) in the launcher and the kernel: not a "
+                  "hard-coded 1e-5")
+def test_layernorm_other_eps(eps):
+    # rows whose variance is about eps: rstd with eps = 1e-5 instead differs by up to 40%
+    x, w, b = ln_inputs(37, 45, "other-eps", eps, scale=math.sqrt(eps), offset=0.0)
+    what = f"layernorm_forward with eps={eps:g}"
+    got = device_layernorm(x, w, b, eps=eps)
+    try:
+        check_layernorm(x, w, b, eps, got, what)
+    except GradeError as err:
+        alt_out, _, alt_rstd = ln_reference(x, w, b, 1e-5)
+        if np.allclose(got[2], alt_rstd, rtol=1e-4):
+            raise GradeError(f"{err}\n  these values come from eps = 1e-5: the eps argument is ignored") from None
+        raise
+    g = checks.rng("layernorm-grad", "other-eps", eps).standard_normal(x.shape).astype(np.float32)
+    check_layernorm_backward(g, x, w, device_layernorm_backward(g, x, w, eps=eps),
+                             f"layernorm_backward after a forward with eps={eps:g}", eps=eps)
+
+
+@LN_FWD
 @pytest.mark.parametrize("offset", [1e3, 1e4])
 @pytest.mark.hint("two passes: the mean first, then the mean of (x - mean)^2; E[x^2] - E[x]^2 loses every digit "
                   "in float32 when the mean is large")
@@ -254,13 +293,13 @@ def ln_backward_reference(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: floa
     return dx, (g * xhat).sum(axis=0), g.sum(axis=0), np.abs(g * xhat).sum(axis=0), np.abs(g).sum(axis=0)
 
 
-def device_layernorm_backward(g: np.ndarray, x: np.ndarray, w: np.ndarray) -> tuple:
+def device_layernorm_backward(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float = 1e-5) -> tuple:
     rows, cols = x.shape
     b = np.zeros(cols, np.float32)
     xd, wd = dev(x), dev(w)
     lm = module("layernorm.py")
     out, mean, rstd = backend.empty((rows, cols)), backend.empty(rows), backend.empty(rows)
-    launch_checked("layernorm_forward", lambda: lm.layernorm_forward(xd, wd, dev(b), out, mean, rstd, 1e-5))
+    launch_checked("layernorm_forward", lambda: lm.layernorm_forward(xd, wd, dev(b), out, mean, rstd, eps))
     dx, dw, db = checks.poison((rows, cols)), checks.poison(cols), checks.poison(cols)
     run(f"layernorm_backward(x of shape {x.shape})", "layernorm.cu", "layernorm_backward",
         lambda: lm.layernorm_backward(dev(g), xd, wd, mean, rstd, dx, dw, db))
@@ -268,9 +307,9 @@ def device_layernorm_backward(g: np.ndarray, x: np.ndarray, w: np.ndarray) -> tu
     return checks.to_host(dx), checks.to_host(dw), checks.to_host(db)
 
 
-def check_layernorm_backward(g, x, w, got, what: str) -> None:
+def check_layernorm_backward(g, x, w, got, what: str, eps: float = 1e-5) -> None:
     dx, dw, db = got
-    exp_dx, exp_dw, exp_db, abs_dw, abs_db = ln_backward_reference(g, x, w)
+    exp_dx, exp_dw, exp_db, abs_dw, abs_db = ln_backward_reference(g, x, w, eps)
     checks.assert_close(dx, exp_dx, rtol=1e-3, atol=1e-4 * float(np.abs(exp_dx).max() or 1), what=f"{what}: grad_x")
     rows = x.shape[0]
     # sums over rows, in any order: within rows * eps of the sum of the terms' magnitudes
@@ -331,11 +370,26 @@ def test_layernorm_has_no_shared_memory_race():
         pytest.skip("races are found by the emulator's check mode (grader check phase7 --device emu)")
     from minitorch import emu
 
+    # the launcher's blocks of several warps: each warp's atomicAdds follow the other warps' zeroing of the sums
     x, w, _ = ln_inputs(77, 70, "race")
     g = checks.rng("layernorm-race").standard_normal((77, 70)).astype(np.float32)
     with emu.check_mode():
         got = device_layernorm_backward(g, x, w)
     check_layernorm_backward(g, x, w, got, "layernorm_backward under the emulator's check mode")
+    # layernorm_param_grads with ONE block of (32, 4) threads for 70 columns: the block loops over three groups of
+    # 32 columns, rewriting sw and sb for the next group after the row-0 threads read them
+    r = checks.rng("layernorm-race", "partials")
+    wp, bp = (r.standard_normal((5, 70)).astype(np.float32) for _ in range(2))
+    dw, db = checks.poison(70), checks.poison(70)
+    what = "layernorm_param_grads launched with 1 block of (32, 4) threads for 5 partial rows of 70 columns"
+    with emu.check_mode():
+        launch_checked(f"{what} under the emulator's check mode",
+                       lambda: kernels.load_kernel("layernorm.cu", "layernorm_param_grads")(
+                           (1,), (32, 4), (dev(wp), dev(bp), dw, db, np.int32(5), np.int32(70))))
+    for name, got_sum, partials in (("grad_weight", dw, wp), ("grad_bias", db, bp)):
+        with checks.grid_stride_advice(got_sum, 1, 128):
+            checks.assert_close(got_sum, partials.astype(np.float64).sum(axis=0), rtol=1e-5,
+                                atol=1e-5 * float(np.abs(partials).sum(axis=0).max()), what=f"{what}: {name}")
 
 
 # ---------------------------------------------------------------- embeddings
@@ -677,6 +731,31 @@ def test_split_and_merge_heads(b, t, h, d):
                              f"{part * c}..{(part + 1) * c - 1} of the rows")
 
 
+@pytest.mark.parametrize("kernel", ["split_heads", "merge_heads"])
+@pytest.mark.hint("a grid-stride loop over the B * H * T * D elements: any grid covers any number of them")
+def test_heads_kernels_any_grid(kernel):
+    b, t, h, d, part = 2, 13, 3, 16, 1  # 1,248 elements for 3 x 64 threads
+    c = h * d
+    r = checks.rng("heads-grid", kernel)
+    x = r.standard_normal((b, t, 3 * c)).astype(np.float32)
+    heads = np.ascontiguousarray(x[:, :, part * c:(part + 1) * c].reshape(b, t, h, d).transpose(0, 2, 1, 3))
+    k = kernels.load_kernel("attention.cu", kernel)
+    sizes = (np.int32(b), np.int32(t), np.int32(h), np.int32(d), np.int32(3 * c), np.int32(part * c))
+    what = f"{kernel} launched with 3 blocks of 64 threads"
+    if kernel == "split_heads":
+        out = checks.poison((b, h, t, d))
+        checks.assert_grid_stride(what, k, (dev(x), out) + sizes, {"out": (out, heads)}, rtol=0)
+    else:
+        # the other parts' columns hold other values, which merge_heads leaves alone; its own are poisoned
+        keep = r.standard_normal((b, t, 3 * c)).astype(np.float32)
+        start = keep.copy()
+        start[:, :, part * c:(part + 1) * c] = checks.poisoned_host((b, t, c))
+        expected = keep.copy()
+        expected[:, :, part * c:(part + 1) * c] = x[:, :, part * c:(part + 1) * c]
+        out = dev(start)
+        checks.assert_grid_stride(what, k, (dev(heads), out) + sizes, {"out": (out, expected)}, rtol=0)
+
+
 # ---------------------------------------------------------------- attention, through the framework
 
 
@@ -761,13 +840,22 @@ def global_norm(arrays: list[np.ndarray]) -> float:
 def check_clipped(got: list[np.ndarray], original: list[np.ndarray], norm: float, max_norm: float, what: str) -> None:
     coef = min(1.0, max_norm / (norm + 1e-6))
     for i, (g, o) in enumerate(zip(got, original, strict=True)):
-        checks.assert_close(g, o.astype(np.float64) * coef, rtol=2e-5, atol=1e-7, what=f"{what}: gradient {i}")
+        try:
+            checks.assert_close(g, o.astype(np.float64) * coef, rtol=2e-5, atol=1e-7, what=f"{what}: gradient {i}")
+        except GradeError as err:
+            unclamped = o.astype(np.float64) * (max_norm / (norm + 1e-6))
+            if coef == 1.0 and np.allclose(host(g), unclamped, rtol=2e-5, atol=1e-7):
+                raise GradeError(f"{err}\n  the gradients were scaled UP by max_norm / norm = "
+                                 f"{max_norm / (norm + 1e-6):.3g}: the coefficient is min(1, max_norm / "
+                                 f"(norm + 1e-6)), a norm below max_norm leaves them as they are") from None
+            raise
 
 
 @pytest.mark.kernel("clip.cu", "sum_squares")
-@pytest.mark.parametrize("scale", [0.01, 1.0, 30.0])
+@pytest.mark.parametrize("scale", [1e-3, 0.01, 1.0, 30.0])  # global norms 0.27 (left as it is), 2.7, 270, 8200
 @pytest.mark.hint("norm = sqrt(sum of every gradient's squares), on the device; each g *= min(1, max_norm / "
-                  "(norm + 1e-6)), the coefficient read from device memory")
+                  "(norm + 1e-6)), the coefficient read from device memory: a norm below max_norm leaves the "
+                  "gradients as they are")
 def test_clip_grad_norm_values(scale):
     import minitorch
     from minitorch import optim

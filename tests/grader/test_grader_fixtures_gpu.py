@@ -144,3 +144,29 @@ def test_a_stride_of_one_block_fails_the_bandwidth_threshold(tmp_path):
     assert all(c["result"] == "PASS" for c in results(report, "test_fill_odd_sizes"))
     [check] = results(report, "test_perf_fill_bandwidth")
     assert check["result"] in ("FAIL", "TIMEOUT"), check
+
+
+# A plain `+=` where threads of different blocks add into one element of device memory needs atomicAdd. The
+# emulator does not interleave threads between barriers, so it cannot see these lost updates; a GPU does.
+NON_ATOMIC_ADDS = {
+    "embedding backward": (
+        "embedding.cu", "            atomicAdd(&grad_weight[(long long)token * dim + d], grad_out[e]);\n",
+        "            grad_weight[(long long)token * dim + d] += grad_out[e];  // not atomic\n",
+        "test_embedding_backward_accumulates_repeated_ids", "embedding_backward"),
+    "sum of squares": (
+        "clip.cu", "            atomicAdd(total, s);\n", "            *total += s;  // not atomic\n",
+        "test_clip_grad_norm_values", "the global norm is"),
+}
+
+
+@pytest.mark.parametrize("case", NON_ATOMIC_ADDS)
+def test_a_plain_add_where_atomic_add_is_needed_fails_on_a_gpu(tmp_path, case):
+    from tests.grader.test_grader_fixtures import grade_workspace
+    from tests.grader.test_grader_fixtures_phase7 import solution_sources as phase7_sources
+
+    name, old, new, test, reason = NON_ATOMIC_ADDS[case]
+    files = phase7_sources()
+    files[name] = replace_once(files[name], old, new)
+    report = grade_workspace(tmp_path, "phase7", files, "--no-notebook", "-k", test, timeout=120, device="cuda")
+    failed = [c for c in results(report, test) if c["result"] == "FAIL"]
+    assert failed and all(reason in c["reason"] for c in failed), results(report, test)
