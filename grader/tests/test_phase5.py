@@ -32,13 +32,20 @@ TILED = ("shared", "blocktile_1d", "blocktile_2d", "vectorized", "autotuned", "w
 EPS32 = float(np.finfo(np.float32).eps)
 ON_GPU = backend.get_device() == "cuda"
 # (M, K, N): single elements, odd sizes, K = 1, tall-and-skinny, short-and-wide, long dot products, exact
-# tile multiples (a kernel right only there passes these and fails the others). The emulator runs CUDA C on
-# the CPU: 1000 and 1023 cubed only on a GPU.
+# tile multiples (a kernel right only there passes these and fails the others), and whole 128 x 128 tiles of C
+# with rows of A and B 16-byte aligned (K and N multiples of 4: what rung 9's unchecked fast path asks) but
+# one condition of that path missing: K = 12 is no multiple of BK = 8; M = 129 leaves a partial row of tiles.
+# The emulator runs CUDA C on the CPU: 1000 and 1023 cubed only on a GPU.
 SHAPES = [(1, 1, 1), (7, 7, 7), (129, 129, 129), (129, 1, 130), (1000, 33, 7), (7, 33, 1000), (3, 1000, 5),
-          (256, 64, 128), (131, 67, 260)]
+          (256, 64, 128), (131, 67, 260), (128, 12, 128), (129, 16, 128)]
 if ON_GPU:
     SHAPES += [(1000, 1000, 1000), (1023, 1023, 1023), (4099, 17, 33), (33, 17, 4099)]
-TRANSPOSED_SHAPES = [(1, 1, 1), (7, 7, 7), (129, 1, 130), (131, 67, 260), (1000, 33, 7), (7, 33, 1000)]
+# 128 x 16 x 128: whole tiles, the fast path with the operands read in place (A stored K x M, B N x K).
+# 129 x 16 x 130: with transpose_a, A's rows are M = 129 floats, not 16-byte aligned although K = 16 is a
+# multiple of 4: a float4 load of them faults on a GPU (misaligned address); the emulator does not check
+# alignment, so there only the values are compared.
+TRANSPOSED_SHAPES = [(1, 1, 1), (7, 7, 7), (129, 1, 130), (131, 67, 260), (1000, 33, 7), (7, 33, 1000),
+                     (128, 16, 128), (129, 16, 130)]
 if ON_GPU:
     TRANSPOSED_SHAPES += [(1023, 1023, 1023)]
 # Other tile sizes of the templated rungs (the launcher's `config`): the kernels must be right for any

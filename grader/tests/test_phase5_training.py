@@ -12,6 +12,8 @@ deliverable by evaluating the saved models in float64 NumPy with Phase 4's own e
 from __future__ import annotations
 
 import gc
+from functools import partial
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +25,11 @@ from minitorch import backend, functional, graph, kernels, nn, optim
 
 ON_GPU = backend.get_device() == "cuda"
 BETAS = (0.9, 0.999)
+# Adam's hyperparameters in the reference tests: the defaults (eps = 1e-8) with weight decay, and others, so that
+# a launcher or kernel that hard-codes eps or a beta fails (eps = 1e-3 changes the step of every weight whose
+# gradient is not much larger than it).
+HYPER = {"default": dict(lr=0.01, weight_decay=0.1),
+         "eps1e-3": dict(lr=0.02, betas=(0.8, 0.99), eps=1e-3, weight_decay=0.05)}
 ADAM = pytest.mark.kernel("adam.cu", "adam_update")
 ADAM_STEP = pytest.mark.kernel("adam.cu", "adam_step")
 
@@ -53,7 +60,7 @@ def reference_adam(p: np.ndarray, grads: list[np.ndarray], lr: float, betas: tup
     return p
 
 
-def run_adam(cls: type, p0: np.ndarray, grads: list[np.ndarray], *, capture: bool = False, **kw: float) -> np.ndarray:
+def run_adam(cls: type, p0: np.ndarray, grads: list[np.ndarray], *, capture: bool = False, **kw: Any) -> np.ndarray:
     """The parameter after len(grads) steps of minitorch's optimizer on the active device (the learner's
     kernels), eagerly or by replaying one captured step (the gradient refilled in place between replays)."""
     p = minitorch.tensor(p0.astype(np.float32), requires_grad=True)
@@ -70,21 +77,24 @@ def run_adam(cls: type, p0: np.ndarray, grads: list[np.ndarray], *, capture: boo
     return p.numpy()
 
 
-def check_adam(got: np.ndarray, p0: np.ndarray, grads: list[np.ndarray], what: str, cls: type, **kw: float) -> None:
+def check_adam(got: np.ndarray, p0: np.ndarray, grads: list[np.ndarray], what: str, cls: type, **kw: Any) -> None:
     decoupled = cls is optim.AdamW
-    expected = reference_adam(p0, grads, kw["lr"], BETAS, 1e-8, kw["weight_decay"], decoupled)
+    betas, eps = kw.get("betas", BETAS), kw.get("eps", 1e-8)
+    ref = partial(reference_adam, p0, grads, kw["lr"], betas, eps, kw["weight_decay"])
+    expected = ref(decoupled)
     try:
         checks.assert_close(got, expected, rtol=1e-5, atol=1e-6, what=what)
     except GradeError as err:
-        uncorrected = reference_adam(p0, grads, kw["lr"], BETAS, 1e-8, kw["weight_decay"], decoupled,
-                                     bias_correction=False)
-        if np.allclose(got, uncorrected, rtol=1e-4, atol=1e-5):
+        if np.allclose(got, ref(decoupled, bias_correction=False), rtol=1e-4, atol=1e-5):
             raise GradeError(f"{err}\n  these are the values WITHOUT bias correction: divide m by bias[0] = "
                              f"1 - beta1^t and v by bias[1] = 1 - beta2^t") from None
-        other = reference_adam(p0, grads, kw["lr"], BETAS, 1e-8, kw["weight_decay"], not decoupled)
-        if kw["weight_decay"] and np.allclose(got, other, rtol=1e-5, atol=1e-6):
+        if kw["weight_decay"] and np.allclose(got, ref(not decoupled), rtol=1e-5, atol=1e-6):
             raise GradeError(f"{err}\n  these are {'Adam' if decoupled else 'AdamW'}'s values: decoupled = 1 "
                              f"(AdamW) shrinks the weight, decoupled = 0 (Adam) adds wd * p to the gradient") from None
+        default_eps = reference_adam(p0, grads, kw["lr"], betas, 1e-8, kw["weight_decay"], decoupled)
+        if eps != 1e-8 and np.allclose(got, default_eps, rtol=1e-5, atol=1e-6):
+            raise GradeError(f"{err}\n  these are the values for eps = 1e-8, not the optimizer's eps = {eps:g}: "
+                             f"pass eps (and the betas) through to the kernel") from None
         raise
 
 
@@ -94,15 +104,17 @@ def adam_case(n: int, steps: int, *salt: object) -> tuple[np.ndarray, list[np.nd
 
 
 @ADAM
+@pytest.mark.parametrize("hyper", list(HYPER))
 @pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW], ids=["Adam", "AdamW"])
 @pytest.mark.parametrize("n", ODD_SIZES[:5])
 @pytest.mark.hint("m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g*g, p -= lr * (m / bias[0]) / (sqrt(v / bias[1]) + eps); "
-                  "AdamW shrinks p by lr*wd*p first, Adam adds wd*p to g")
-def test_adam_matches_float64_reference(cls, n):
-    p0, grads = adam_case(n, 6, cls.__name__)
-    kw = dict(lr=0.01, weight_decay=0.1)
+                  "AdamW shrinks p by lr*wd*p first, Adam adds wd*p to g; lr, betas, eps and wd are the optimizer's")
+def test_adam_matches_float64_reference(cls, n, hyper):
+    p0, grads = adam_case(n, 6, cls.__name__, hyper)
+    kw = HYPER[hyper]
     got = run_adam(cls, p0, grads, **kw)
-    check_adam(got, p0, grads, f"{cls.__name__} on {n} weights after {len(grads)} steps", cls, **kw)
+    check_adam(got, p0, grads, f"{cls.__name__}({', '.join(f'{k}={v}' for k, v in kw.items())}) on {n} weights "
+               f"after {len(grads)} steps", cls, **kw)
 
 
 @ADAM

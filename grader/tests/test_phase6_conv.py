@@ -2,10 +2,10 @@
 
 Run by `grader check phase6` on the active device (cuda or emu), with fresh random inputs (seed printed in the
 report), batch 1, odd heights and widths, channel counts that are no multiple of any tile, filters of 1, 3, 5
-and 7, padding 0 to 3 and stride 2, every output poisoned with NaN before the launch, and a check that the
-learner's kernel ran. Every value is compared with NumPy in float64, within the rounding bound of a float32
-dot product. Performance (GPU only): each rung against cuDNN (`torch.nn.functional.conv2d` and its backward,
-TF32 off) in the same run.
+and 7, non-square filters (3 x 5, 1 x 3), padding 0 to 3 and stride 2, every output poisoned with NaN before
+the launch, and a check that the learner's kernel ran. Every value is compared with NumPy in float64, within
+the rounding bound of a float32 dot product. Performance (GPU only): each rung against cuDNN
+(`torch.nn.functional.conv2d` and its backward, TF32 off) in the same run.
 """
 
 from __future__ import annotations
@@ -26,10 +26,12 @@ FORWARD = {"direct": "conv2d_direct", "im2col": "im2col", "tiled": "conv2d_tiled
 BACKWARD_INPUT = {"direct": "conv2d_backward_input", "im2col": "col2im"}
 BACKWARD_WEIGHT = {"direct": "conv2d_backward_weight", "im2col": "im2col", "tiled": "conv2d_backward_weight_tiled"}
 # (N, C, H, W, K, R, stride, padding): a single pixel, a 1x1 filter, odd sizes, 5x5 at stride 2, 7x7 with padding
-# 3, stride 2 without padding, 9 output channels (two channel tiles of 8, the second nearly empty), MNIST's layers.
+# 3, stride 2 without padding, 9 output channels (two channel tiles of 8, the second nearly empty), MNIST's layers,
+# and non-square filters, R = (rows, columns): 3 x 5 and 1 x 3 (a kernel that mixes up R and S, the filter's
+# height and width, is right for every square filter).
 SHAPES = [(1, 1, 1, 1, 1, 1, 1, 0), (1, 2, 5, 4, 3, 1, 1, 0), (2, 3, 7, 9, 5, 3, 1, 1), (1, 2, 9, 8, 3, 5, 2, 2),
           (2, 1, 8, 8, 2, 7, 1, 3), (3, 5, 13, 11, 7, 3, 2, 0), (1, 3, 17, 19, 9, 3, 1, 1), (2, 1, 28, 28, 8, 3, 1, 1),
-          (2, 8, 14, 14, 16, 3, 1, 1)]
+          (2, 8, 14, 14, 16, 3, 1, 1), (2, 3, 9, 8, 4, (3, 5), 1, 1), (1, 2, 6, 7, 3, (1, 3), 2, 1)]
 if ON_GPU:
     SHAPES += [(64, 8, 14, 14, 16, 3, 1, 1), (5, 64, 56, 56, 64, 3, 1, 1), (7, 3, 33, 35, 17, 5, 2, 2)]
 
@@ -42,9 +44,15 @@ def pool():
     return kernels.load_module("maxpool.py")
 
 
+def filter_size(r: int | tuple[int, int]) -> tuple[int, int]:
+    """(R, S) of a shape's filter entry: R for an R x R filter, or (R, S)."""
+    return (r, r) if isinstance(r, int) else r
+
+
 def shape_id(shape: tuple) -> str:
     n, c, h, w, k, r, stride, pad = shape
-    return f"{n}x{c}x{h}x{w}-k{k}r{r}s{stride}p{pad}"
+    rs = "x".join(str(v) for v in dict.fromkeys(filter_size(r)))  # "3" for 3 x 3, "3x5" for 3 x 5
+    return f"{n}x{c}x{h}x{w}-k{k}r{rs}s{stride}p{pad}"
 
 
 def rung(variant: str, table: dict[str, str], *extra: Any) -> Any:
@@ -92,9 +100,10 @@ def rounding_bound(terms: int, magnitudes: np.ndarray) -> np.ndarray:
 def padding_mask(shape: tuple) -> np.ndarray:
     """(P, Q) mask of the outputs whose window reaches into the zero padding."""
     n, c, h, w, k, r, stride, pad = shape
-    p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - r) // stride + 1
+    r, s = filter_size(r)
+    p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
     rows = (np.arange(p) * stride - pad < 0) | (np.arange(p) * stride - pad + r > h)
-    cols = (np.arange(q) * stride - pad < 0) | (np.arange(q) * stride - pad + r > w)
+    cols = (np.arange(q) * stride - pad < 0) | (np.arange(q) * stride - pad + s > w)
     return rows[:, None] | cols[None, :]
 
 
@@ -130,9 +139,10 @@ def check_conv_output(got: Any, expected: np.ndarray, bound: np.ndarray, what: s
 def operands(shape: tuple, *salt: object) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """x, w, b and a gradient dy of the output's shape, float32."""
     n, c, h, w, k, r, stride, pad = shape
+    r, s = filter_size(r)
     g = checks.rng("conv", shape, *salt)
-    p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - r) // stride + 1
-    return (g.standard_normal((n, c, h, w)).astype(np.float32), g.standard_normal((k, c, r, r)).astype(np.float32),
+    p, q = (h + 2 * pad - r) // stride + 1, (w + 2 * pad - s) // stride + 1
+    return (g.standard_normal((n, c, h, w)).astype(np.float32), g.standard_normal((k, c, r, s)).astype(np.float32),
             g.standard_normal(k).astype(np.float32), g.standard_normal((n, k, p, q)).astype(np.float32))
 
 
@@ -151,6 +161,7 @@ def require(kernel: str, what: str) -> None:
                   "[q*stride - pad + s], with x = 0 outside the image; every rung right at every size")
 def test_conv_forward_values(variant, shape):
     n, c, h, w, k, r, stride, pad = shape
+    r, s = filter_size(r)
     x_h, w_h, b_h, _ = operands(shape, "forward")
     expected = ref_conv(x_h, w_h, b_h, stride, pad)
     x, wt, b, y = backend.asarray(x_h), backend.asarray(w_h), backend.asarray(b_h), checks.poison(expected.shape)
@@ -159,30 +170,32 @@ def test_conv_forward_values(variant, shape):
     launch_checked(what, lambda: conv().conv2d(x, wt, b, y, stride, pad, variant))
     if variant in FORWARD:
         require(FORWARD[variant], what)
-    bound = rounding_bound(c * r * r + 1, ref_conv(np.abs(x_h), np.abs(w_h), np.abs(b_h), stride, pad))
-    flipped = ref_conv(x_h, w_h[:, :, ::-1, ::-1], b_h, stride, pad) if r > 1 else None
+    bound = rounding_bound(c * r * s + 1, ref_conv(np.abs(x_h), np.abs(w_h), np.abs(b_h), stride, pad))
+    flipped = ref_conv(x_h, w_h[:, :, ::-1, ::-1], b_h, stride, pad) if r * s > 1 else None
     check_conv_output(y, expected, bound, what, shape, flipped)
     checks.assert_bitwise_equal(x, x_h, what=f"{what}: x after the call (must not change)")
 
 
 @pytest.mark.kernel("conv.cu", "conv2d_direct")
 @pytest.mark.parametrize("kernel", ["conv2d_direct", "im2col", "gemm_to_nchw", "conv2d_backward_input", "col2im"])
+@pytest.mark.parametrize("shape", [(2, 3, 9, 7, 4, 3, 1, 1), (2, 3, 9, 7, 4, (3, 5), 1, 1)], ids=shape_id)
 @pytest.mark.hint("a grid-stride loop (i += gridDim.x * blockDim.x) lets any grid cover any number of elements")
-def test_conv_kernels_cover_any_grid(kernel):
-    """The learner's kernel launched by the grader with 3 blocks of 64 threads, for more elements than that."""
-    shape = (2, 3, 9, 7, 4, 3, 1, 1)
+def test_conv_kernels_cover_any_grid(shape, kernel):
+    """The learner's kernel launched by the grader with 3 blocks of 64 threads, for more elements than that
+    (stride 1: col2im's reference below adds the columns back at stride 1)."""
     n, c, h, w, k, r, stride, pad = shape
-    p, q = h, w
+    r, s = filter_size(r)
+    p, q = h + 2 * pad - r + 1, w + 2 * pad - s + 1
     x_h, w_h, b_h, dy_h = operands(shape, "grid")
-    ints = tuple(np.int32(v) for v in (n, c, h, w, k, r, r, stride, pad, p, q))
+    ints = tuple(np.int32(v) for v in (n, c, h, w, k, r, s, stride, pad, p, q))
     fn = kernels.load_kernel("conv.cu", kernel)
     if kernel == "conv2d_direct":
         y = checks.poison((n, k, p, q))
         args, outputs = (backend.asarray(x_h), backend.asarray(w_h), backend.asarray(b_h), y, *ints), {
             "y": (y, ref_conv(x_h, w_h, b_h, stride, pad))}
     elif kernel == "im2col":
-        cols = checks.poison((c * r * r, n * p * q))
-        expected = windows(x_h, r, r, stride, pad).transpose(1, 4, 5, 0, 2, 3).reshape(c * r * r, n * p * q)
+        cols = checks.poison((c * r * s, n * p * q))
+        expected = windows(x_h, r, s, stride, pad).transpose(1, 4, 5, 0, 2, 3).reshape(c * r * s, n * p * q)
         args, outputs = (backend.asarray(x_h), cols, *ints[:4], *ints[5:]), {"cols": (cols, expected)}
     elif kernel == "gemm_to_nchw":
         g = dy_h.transpose(1, 0, 2, 3).reshape(k, n * p * q).copy()
@@ -194,13 +207,13 @@ def test_conv_kernels_cover_any_grid(kernel):
         args = (backend.asarray(dy_h), backend.asarray(w_h), dx, *ints)
         outputs = {"dx": (dx, ref_backward_input(dy_h, w_h, x_h.shape, stride, pad))}
     else:
-        cols_h = checks.rng("cols").standard_normal((c * r * r, n * p * q)).astype(np.float32)
+        cols_h = checks.rng("cols", shape).standard_normal((c * r * s, n * p * q)).astype(np.float32)
         dx = checks.poison((n, c, h, w))
         # col2im of cols is the input gradient of a convolution whose im2col matrix had that gradient
         expected = np.zeros((n, c, h + 2 * pad, w + 2 * pad))
-        view = cols_h.reshape(c, r, r, n, p, q).astype(np.float64)
+        view = cols_h.reshape(c, r, s, n, p, q).astype(np.float64)
         for i in range(r):
-            for j in range(r):
+            for j in range(s):
                 expected[:, :, i:i + p, j:j + q] += view[:, i, j].transpose(1, 0, 2, 3)
         args = (backend.asarray(cols_h), dx, *ints[:4], *ints[5:])
         outputs = {"dx": (dx, expected[:, :, pad:pad + h, pad:pad + w])}
@@ -217,6 +230,7 @@ def test_conv_kernels_cover_any_grid(kernel):
                   "(p, q) = ((h + pad - r) / stride, (w + pad - s) / stride) is whole and inside the output")
 def test_conv_backward_input_values(variant, shape):
     n, c, h, w, k, r, stride, pad = shape
+    r, s = filter_size(r)
     x_h, w_h, _, dy_h = operands(shape, "backward-input")
     expected = ref_backward_input(dy_h, w_h, x_h.shape, stride, pad)
     dy, wt, dx = backend.asarray(dy_h), backend.asarray(w_h), checks.poison(x_h.shape)
@@ -226,7 +240,7 @@ def test_conv_backward_input_values(variant, shape):
     launch_checked(what, lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant))
     if variant in BACKWARD_INPUT:
         require(BACKWARD_INPUT[variant], what)
-    bound = rounding_bound(k * r * r, ref_backward_input(np.abs(dy_h), np.abs(w_h), x_h.shape, stride, pad))
+    bound = rounding_bound(k * r * s, ref_backward_input(np.abs(dy_h), np.abs(w_h), x_h.shape, stride, pad))
     check_conv_output(dx, expected, bound, what)
 
 

@@ -190,8 +190,10 @@ def axis_note(got: float, expected: float, rows: int, cols: int) -> str:
     return ""
 
 
+# 3000 rows: more than a block of the mean's reduction can have threads (1024), so a thread sums several.
 @pytest.mark.parametrize("threads", [None, 32, 256], ids=layout_id)
-@pytest.mark.parametrize("rows, cols", [(1, 1), (1, 10), (7, 10), (64, 10), (10, 3), (33, 65), (3, 1025)], ids=str)
+@pytest.mark.parametrize("rows, cols", [(1, 1), (1, 10), (7, 10), (64, 10), (10, 3), (33, 65), (3, 1025),
+                                        (3000, 10)], ids=str)
 @pytest.mark.kernel("softmax.cu", "cross_entropy_forward")
 @pytest.mark.hint("each row's loss is max + log(sum(exp(x - max))) - x[target]; the result is the MEAN over the "
                   "rows (the batch)")
@@ -208,7 +210,8 @@ def test_cross_entropy_values(rows, cols, threads):
 
 @pytest.mark.parametrize("grad_loss", [1.0, 0.375])
 @pytest.mark.parametrize("threads", [None, 32, 256], ids=layout_id)
-@pytest.mark.parametrize("rows, cols", [(1, 1), (7, 10), (64, 10), (10, 3), (33, 65), (3, 1025)], ids=str)
+@pytest.mark.parametrize("rows, cols", [(1, 1), (7, 10), (64, 10), (10, 3), (33, 65), (3, 1025), (3000, 10)],
+                         ids=str)
 @pytest.mark.kernel("softmax.cu", "cross_entropy_backward")
 @pytest.mark.hint("the gradient of the MEAN over the rows: grad_loss * (softmax(x) - onehot(t)) / rows")
 def test_cross_entropy_backward_values(rows, cols, threads, grad_loss):
