@@ -208,3 +208,17 @@ def test_tiled_rung_that_is_only_coalesced_fails_the_speed_up(tmp_path):
     [check] = results(report, "test_perf_shared_memory_tiling_against_naive")
     needed = f"at least {threshold('phase5.shared_vs_coalesced'):.2f}x is needed (phase5.shared_vs_coalesced"
     assert check["result"] == "FAIL" and needed in check["reason"], check
+
+
+@pytest.mark.gpu
+def test_float4_loads_of_misaligned_rows_fault_on_a_gpu(tmp_path):
+    """Rung 9 checks A's alignment by its rows of K floats even when A is stored transposed (rows of M): with
+    M = 129 the float4 loads are misaligned, which a GPU faults on and the emulator cannot see."""
+    files = solution_sources()
+    files["gemm.cu"] = replace_once(files["gemm.cu"],
+                                    "const bool vec_a = TA ? rows_aligned(A, M) : rows_aligned(A, K);",
+                                    "const bool vec_a = rows_aligned(A, K);")
+    report = grade(tmp_path, files, "--no-notebook", "-k",
+                   "test_transposed_operands and double_buffered and At-129-16-130", device="cuda")
+    checks = results(report, "test_transposed_operands")
+    assert checks and all(c["result"] != "PASS" and "misaligned" in c["reason"].lower() for c in checks), checks
