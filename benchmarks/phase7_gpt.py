@@ -219,18 +219,45 @@ def baselines(train_ids: np.ndarray, val_ids: np.ndarray, vocab: int) -> dict:
             "bigram": float(-np.log(pairs[val_ids[:-1], val_ids[1:]]).mean())}
 
 
+def shakespeare_ids() -> tuple:
+    """Tiny Shakespeare as character ids: the tokenizer, the first 90% (training), the rest (validation)."""
+    from minitorch import data, text
+
+    corpus = data.load_tinyshakespeare()
+    tokenizer = text.CharTokenizer.from_text(corpus)
+    train_ids, val_ids = text.train_val_split(tokenizer.encode(corpus), 0.9)
+    return tokenizer, train_ids, val_ids
+
+
+def minitorch_step(model, opt, xb, yb, vocab: int):
+    """The lab's training step on the batch tensors ``xb``, ``yb`` (refilled in place): loss, backward, the
+    gradients clipped to CLIP, AdamW; the same function runs eagerly or is captured into a graph."""
+    from minitorch import functional as F  # noqa: N812
+    from minitorch import optim
+
+    b, t = xb.shape
+
+    def step():
+        loss = F.cross_entropy(model(xb).reshape(b * t, vocab), yb.reshape(b * t))
+        opt.zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        return loss
+
+    return step
+
+
 def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     import torch
     import torch.nn.functional as TF  # noqa: N812
 
     import minitorch
-    from minitorch import backend, data, graph, nn, optim, text
+    from minitorch import backend, graph, nn, optim, text
     from minitorch import functional as F  # noqa: N812
 
     model_cfg, train_cfg = setup["model"], setup["train"]
-    corpus = data.load_tinyshakespeare()
-    tokenizer = text.CharTokenizer.from_text(corpus)
-    train_ids, val_ids = text.train_val_split(tokenizer.encode(corpus), 0.9)
+    tokenizer, train_ids, val_ids = shakespeare_ids()
     vocab, b, t = tokenizer.vocab_size, train_cfg["batch_size"], model_cfg["block_size"]
     tdev = "cuda" if device == "cuda" else "cpu"
     time_of = timer(device)
@@ -244,13 +271,7 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     txb = torch.zeros((b, t), dtype=torch.long, device=tdev)
     tyb = torch.zeros((b, t), dtype=torch.long, device=tdev)
 
-    def step():
-        loss = F.cross_entropy(model(xb).reshape(b * t, vocab), yb.reshape(b * t))
-        opt.zero_grad()
-        loss.backward()
-        optim.clip_grad_norm_(model.parameters(), CLIP)
-        opt.step()
-        return loss
+    step = minitorch_step(model, opt, xb, yb, vocab)
 
     def torch_step():
         loss = TF.cross_entropy(net(txb).view(-1, vocab), tyb.view(-1))
@@ -351,13 +372,11 @@ def calibrate(seeds: list[int]) -> int:
     initial weights and the batches), each scored on the grader's 256 validation windows: the data behind
     ``phase7.shakespeare_val_loss_reduced`` in grader/thresholds.toml. Writes ``phase7_gpt_reduced-<device>.json``."""
     import minitorch
-    from minitorch import data, graph, nn, optim, text
     from minitorch import functional as F  # noqa: N812
+    from minitorch import graph, nn, optim, text
 
     model_cfg, train_cfg = REDUCED["model"], REDUCED["train"]
-    corpus = data.load_tinyshakespeare()
-    tokenizer = text.CharTokenizer.from_text(corpus)
-    train_ids, val_ids = text.train_val_split(tokenizer.encode(corpus), 0.9)
+    tokenizer, train_ids, val_ids = shakespeare_ids()
     vocab, b, t = tokenizer.vocab_size, train_cfg["batch_size"], model_cfg["block_size"]
     val_x, val_y = text.evaluation_windows(val_ids, t, EVAL_WINDOWS)
     val_xt, val_yt = minitorch.tensor(val_x, dtype="int32"), minitorch.tensor(val_y.reshape(-1), dtype="int32")
@@ -367,16 +386,7 @@ def calibrate(seeds: list[int]) -> int:
         model = nn.GPT(vocab, **model_cfg, seed=seed)
         opt = optim.AdamW(model.parameters(), lr=train_cfg["lr"], weight_decay=WEIGHT_DECAY)
         xb, yb = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
-
-        def step(model=model, opt=opt, xb=xb, yb=yb):
-            loss = F.cross_entropy(model(xb).reshape(b * t, vocab), yb.reshape(b * t))
-            opt.zero_grad()
-            loss.backward()
-            optim.clip_grad_norm_(model.parameters(), CLIP)
-            opt.step()
-            return loss
-
-        captured = graph.capture(step)
+        captured = graph.capture(minitorch_step(model, opt, xb, yb, vocab))
         windows = text.RandomWindows(train_ids, t, b, seed=seed)
         for _ in range(train_cfg["steps"]):
             x, y = windows.sample()

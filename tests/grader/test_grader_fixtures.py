@@ -84,6 +84,14 @@ def results(report: dict, prefix: str) -> list[dict]:
     return found
 
 
+def assert_kernel_never_ran(values: list[dict], replay: dict, kernel: str, source: str = "") -> None:
+    """What a launcher that computes with NumPy or CuPy instead of launching `kernel` gets: every value check
+    fails saying the kernel never ran, and the replay check finds no launch to replay."""
+    said = f"no launch of `{kernel}`" + (f" from {source}" if source else "")
+    assert values and all(c["result"] == "FAIL" and said in c["reason"] for c in values), values
+    assert replay["result"] == "FAIL" and "no kernel launch was recorded" in replay["reason"], replay
+
+
 def test_empty_kernel_values_mismatch_with_first_bad_index(tmp_path):
     files = solution_sources()
     files["memory.cu"] = replace_once(files["memory.cu"], FILL_LOOP, "        ;\n")
