@@ -124,7 +124,7 @@ def _signature(value: Any, array_type: type) -> Any:
     """What a launcher may depend on: an array's shape, dtype, strides and alignment; a scalar's value.
     Raises TypeError for anything else (the call is then not planned)."""
     if type(value) is array_type:
-        return _ARRAY_SIGNATURES.get(array_type, _cupy_signature)(value)
+        return _array_signature(array_type)(value)
     if isinstance(value, _SCALARS):
         return (type(value), value)
     if type(value) is tuple and all(isinstance(v, _SCALARS) for v in value):

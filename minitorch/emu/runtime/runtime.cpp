@@ -857,10 +857,14 @@ static inline bool ordered(Worker* w, const Acc& a, uint16_t tid) {
   return false;
 }
 
+static inline Acc access_by(Worker* w, uint16_t tid, int vol, bool atomic, uintptr_t pc) {
+  return Acc{w->epoch, tid, w->warps.empty() ? (uint16_t)0 : w->warps[tid / 32].wsync, (uint8_t)vol, (uint8_t)atomic, pc};
+}
+
 static inline void shadow_access(Worker* w, Shadow* s, int space, long long off, bool write, uintptr_t pc, int vol) {
   if (s->ignore) return;
   uint16_t tid = (uint16_t)w->ctx.tid_linear;
-  Acc me{w->epoch, tid, w->warps.empty() ? (uint16_t)0 : w->warps[tid / 32].wsync, (uint8_t)vol, 0, pc};
+  Acc me = access_by(w, tid, vol, false, pc);
   if (!write) {
     if (!s->init) add_finding(w, EMU_F_UNINIT, space, off, nullptr, tid, pc, vol);
     if (!ordered(w, s->w, tid)) add_finding(w, EMU_F_RAW, space, off, &s->w, tid, pc, vol);
@@ -975,7 +979,7 @@ EXPORT void __tsan_atomic_signal_fence(int) {}
 static void shadow_atomic(Worker* w, Shadow* s, int space, long long off, uintptr_t pc) {
   if (s->ignore) return;
   uint16_t tid = (uint16_t)w->ctx.tid_linear;
-  Acc me{w->epoch, tid, w->warps.empty() ? (uint16_t)0 : w->warps[tid / 32].wsync, 0, 1, pc};
+  Acc me = access_by(w, tid, 0, true, pc);
   if (!s->w.atomic && !ordered(w, s->w, tid)) add_finding(w, EMU_F_WAW, space, off, &s->w, tid, pc, 0);
   else if (!ordered(w, s->r1, tid)) add_finding(w, EMU_F_WAR, space, off, &s->r1, tid, pc, 0);
   else if (!ordered(w, s->r2, tid)) add_finding(w, EMU_F_WAR, space, off, &s->r2, tid, pc, 0);
@@ -985,7 +989,8 @@ static void shadow_atomic(Worker* w, Shadow* s, int space, long long off, uintpt
   s->init = 1;
 }
 
-static inline void atomic_touch(void* a, size_t n) {
+// Always inlined: RA must be the kernel's address (the line reported), not this function's caller's.
+__attribute__((always_inline)) static inline void atomic_touch(void* a, size_t n) {
   Worker* w = g_check_worker;
   if (!w) return;
   uintptr_t x = (uintptr_t)a, pc = RA;
