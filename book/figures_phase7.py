@@ -208,7 +208,17 @@ def phase7_step(fig_name: str = "fig-phase7-step", text_name: str = "phase7-step
     glue_md(text_name, (
         f"One replay of the captured step ({step['launches']} kernels) takes {fmt_time(step['captured_seconds'])}: "
         f"**{step['ratio']:.2f}×** the time of PyTorch eager's step ({fmt_time(step['pytorch_seconds'])}); the "
-        f"same step launched from Python takes {fmt_time(step['eager_seconds'])}."))
+        f"same step launched from Python takes {fmt_time(step['eager_seconds'])}." + _whole_run(res)))
+
+
+def _whole_run(res) -> str:
+    """The whole training run against PyTorch's, when the results time both alike (samples off the clock)."""
+    [summary] = _rows(res, "summary")
+    if "train_ratio" not in summary:  # results from before the samples were taken off the clock
+        return ""
+    return (f" The whole run, {summary['steps']:,} steps with an evaluation every "
+            f"{summary['eval_every']} of them, took {summary['train_seconds']:.1f} s against PyTorch eager's "
+            f"{summary['pytorch_train_seconds']:.1f} s (**{summary['train_ratio']:.2f}×**).")
 
 
 def phase7_bandwidth(fig_name: str = "fig-phase7-bandwidth", text_name: str = "phase7-bandwidth-text",
