@@ -177,7 +177,7 @@ class Ladder:
         names[5] += ["mma_sync_peak<bf16>", "mma_sync_peak<fp16>"]
         if self.hopper:
             names[6] += ["wgmma_peak<bf16>", "wgmma_peak<fp16>"]
-        opts = ("--std=c++17", "-lineinfo")
+        opts = ("--std=c++17", "-lineinfo") + _crt_include()
 
         def build(rung):
             path, target = ("hgemm_6_wgmma.cu", "sm_90a") if rung == 6 else ("hgemm.cu", arch)
@@ -224,14 +224,14 @@ class Ladder:
         n = b.shape[0] if tb else b.shape[1]
         assert out.shape == (m, n) and (b.shape[1] if tb else b.shape[0]) == k, "shapes do not chain"
         for t in (a, b, out):
-            assert t.stride(1) == 1, "row-major operands (unit column stride) only"
+            assert t.shape[1] == 1 or t.stride(1) == 1, "row-major operands (unit column stride) only"
         name = kernel_names(rung, dtype, outname, ta, tb)
         func = self.ptr(name)
         if k == 0:
             return lambda: out.zero_()
         if rung == 6:
             return self._make_wgmma(func, dtype, a, b, out, m, n, k, ta, tb)
-        lda, ldb, ldc = a.stride(0), b.stride(0), out.stride(0)
+        lda, ldb, ldc = _ld(a), _ld(b), _ld(out)
         vec = lda % 8 == 0 and ldb % 8 == 0 and a.data_ptr() % 32 == 0 and b.data_ptr() % 32 == 0
         if rung == 1:
             grid = (math.ceil(math.ceil(m / 16) * math.ceil(n / 16) / 4), 1)
@@ -251,20 +251,20 @@ class Ladder:
         # the TMA needs 16-byte row strides: an operand whose rows are not is copied once into a padded one
         a, b = _pad_rows(a), _pad_rows(b)
         if ta:  # stored K x M, boxes of 64 m x 64 k
-            map_a = self.driver.tensor_map(a.data_ptr(), dtype, m, k, a.stride(0), (64, 64))
+            map_a = self.driver.tensor_map(a.data_ptr(), dtype, m, k, _ld(a), (64, 64))
         else:   # stored M x K, boxes of 64 k x 128 m
-            map_a = self.driver.tensor_map(a.data_ptr(), dtype, k, m, a.stride(0), (64, 128))
+            map_a = self.driver.tensor_map(a.data_ptr(), dtype, k, m, _ld(a), (64, 128))
         if tb:  # stored N x K, boxes of 64 k x 256 n
-            map_b = self.driver.tensor_map(b.data_ptr(), dtype, k, n, b.stride(0), (64, 256))
+            map_b = self.driver.tensor_map(b.data_ptr(), dtype, k, n, _ld(b), (64, 256))
         else:   # stored K x N, boxes of 64 n x 64 k
-            map_b = self.driver.tensor_map(b.data_ptr(), dtype, n, k, b.stride(0), (64, 64))
+            map_b = self.driver.tensor_map(b.data_ptr(), dtype, n, k, _ld(b), (64, 64))
         tiles = math.ceil(m / 128) * math.ceil(n / 256)
         smem = RUNG_SMEM[6]
         self.driver.set_smem(func, smem)
         tmap_a = (ctypes.c_uint8 * 128).from_address(map_a[1])
         tmap_b = (ctypes.c_uint8 * 128).from_address(map_b[1])
         args = [tmap_a, tmap_b, ctypes.c_uint64(out.data_ptr()), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
-                ctypes.c_int(out.stride(0)), ctypes.c_int(self.mn_offsets[0]), ctypes.c_int(self.mn_offsets[1])]
+                ctypes.c_int(_ld(out)), ctypes.c_int(self.mn_offsets[0]), ctypes.c_int(self.mn_offsets[1])]
         launch = self.driver.launcher(func, (min(tiles, self.sms), 1), 384, smem, args)
         launch.keep += (a, b, out, map_a, map_b)
         return launch
@@ -290,11 +290,27 @@ class Ladder:
         return flops / time_gpu(launch, max_seconds=0.3) / 1e12
 
 
+def _crt_include() -> tuple[str, ...]:
+    """-I for the toolkit's crt/mma.h, which the headers of a pip-installed NVRTC may lack (mma.h includes it)."""
+    import os
+
+    for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and (Path(root) / "include" / "crt" / "mma.h").exists():
+            return (f"-I{Path(root) / 'include'}",)
+    return ()
+
+
+def _ld(t) -> int:
+    """The leading dimension (elements between rows) of a row-major matrix; torch reports any stride for a
+    dimension of size 1."""
+    return t.stride(0) if t.shape[0] > 1 or t.stride(0) >= t.shape[1] else t.shape[1]
+
+
 def _pad_rows(t):
     """t itself if its rows start 16-byte aligned, else a copy with the row pitch rounded up to 8 elements."""
     import torch
 
-    if t.stride(0) % 8 == 0 and t.data_ptr() % 16 == 0:
+    if _ld(t) % 8 == 0 and t.data_ptr() % 16 == 0 and (t.shape[1] == 1 or t.stride(1) == 1):
         return t
     rows, cols = t.shape
     padded = torch.zeros(rows, (cols + 7) // 8 * 8, dtype=t.dtype, device=t.device)
@@ -314,7 +330,13 @@ def operands(m: int, k: int, n: int, dtype, seed: int):
 
 
 def stored(x, transposed: bool):
-    return x.t().contiguous() if transposed else x
+    """x, or a row-major copy of its transpose (a fresh tensor: .contiguous() keeps odd strides of size-1 dims)."""
+    import torch
+
+    if not transposed:
+        return x
+    y = torch.empty(x.shape[1], x.shape[0], dtype=x.dtype, device=x.device)
+    return y.copy_(x.t())
 
 
 def check(got, ref, mag, k: int, out: str) -> tuple[bool, float]:
