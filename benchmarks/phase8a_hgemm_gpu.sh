@@ -12,11 +12,15 @@ timeout 360 python3 benchmarks/phase8a_hgemm.py --resources "$OUTDIR/phase8a_hge
 SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats"
 CONFLICTS="sm__sass_l1tex_data_bank_conflicts_pipe_lsu_mem_shared_op_ldsm.sum,sm__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
 PIPES="sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_hmma.sum,sm__inst_executed_pipe_tensor_op_gmma.sum"
+# rung 5 in the configuration the ladder's tuning chose
+R5=$(python3 -c "import json; print(','.join(map(str, json.load(open('benchmarks/results/phase8a_hgemm-$SLUG.json'))['rung5_tuning']['chosen'])))" 2>/dev/null)
 for rung in 3 4 5 6; do
+    EXTRA=""
+    [ "$rung" = 5 ] && [ -n "$R5" ] && EXTRA="--rung5 $R5"
     f="$OUTDIR/phase8a_hgemm_ncu_rung$rung-$SLUG.txt"
     { timeout 90 ncu $SECTIONS --metrics "$CONFLICTS" -k regex:hgemm --launch-skip 1 --launch-count 1 \
-          python3 benchmarks/phase8a_hgemm.py --profile $rung 4096 2>&1
+          python3 benchmarks/phase8a_hgemm.py --profile $rung 4096 $EXTRA 2>&1
       timeout 90 ncu --metrics "$PIPES" -k regex:hgemm --launch-skip 1 --launch-count 1 \
-          python3 benchmarks/phase8a_hgemm.py --profile $rung 4096 2>&1; } \
-        | grep -v -E '^(rung [0-9]: compiled|compiled in)' > "$f" || true
+          python3 benchmarks/phase8a_hgemm.py --profile $rung 4096 $EXTRA 2>&1; } \
+        | grep -v -E '^(rung [0-9].*compiled|compiled in)' > "$f" || true
 done

@@ -55,6 +55,59 @@ __device__ __forceinline__ void store_pair(O* C, int M, int N, int ldc, int r, i
     }
 }
 
+__device__ __forceinline__ unsigned pick4(int i, unsigned a, unsigned b, unsigned c, unsigned d) {
+    return i == 0 ? a : i == 1 ? b : i == 2 ? c : d;
+}
+
+template <typename O> __device__ __forceinline__ unsigned pack2(float x, float y) {
+    O pair[2] = {from_f32<O>(x), from_f32<O>(y)};
+    return *reinterpret_cast<unsigned*>(pair);
+}
+
+// The 16-bit epilogue: a quad of lanes holds 2 columns of each n8 block of its rows; four 4x4 transposes
+// among the quad (shuffles) give each lane 8 consecutive columns, one 16-byte store (a full 32-byte
+// sector per lane pair) instead of four 4-byte ones. Rows r and r + 8, columns n0 .. n0 + 255.
+template <typename O>
+__device__ __forceinline__ void store_rows_16bit(O* C, int M, int N, int ldc, const float d[128], int r, int n0,
+                                                 int lane) {
+    const int q = lane % 4, quad = lane & ~3;
+    const bool vec = ldc % 8 == 0 && (reinterpret_cast<unsigned long long>(C) & 15) == 0;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int row = r + 8 * half;
+#pragma unroll
+        for (int g = 0; g < 8; ++g) {
+            unsigned p[4];  // p[jj]: this lane's 2 columns of block 4g + jj
+#pragma unroll
+            for (int jj = 0; jj < 4; ++jj)
+                p[jj] = pack2<O>(d[4 * (4 * g + jj) + 2 * half], d[4 * (4 * g + jj) + 2 * half + 1]);
+            // round s: lane q gets lane (q + s)'s columns of block 4g + q
+            unsigned got[4];
+            got[0] = pick4(q, p[0], p[1], p[2], p[3]);
+#pragma unroll
+            for (int s = 1; s < 4; ++s)
+                got[s] = __shfl_sync(0xffffffffu, pick4((q - s) & 3, p[0], p[1], p[2], p[3]), quad | ((q + s) & 3));
+            // lane p's columns come first for p = 0, so the vector is got[(p - q) & 3], p = 0..3
+            uint4 v = make_uint4(pick4((0 - q) & 3, got[0], got[1], got[2], got[3]),
+                                 pick4((1 - q) & 3, got[0], got[1], got[2], got[3]),
+                                 pick4((2 - q) & 3, got[0], got[1], got[2], got[3]),
+                                 pick4((3 - q) & 3, got[0], got[1], got[2], got[3]));
+            const int col = n0 + 32 * g + 8 * q;
+            if (row >= M || col >= N) continue;
+            O* dst = C + (size_t)row * ldc + col;
+            if (vec && col + 8 <= N) {
+                *reinterpret_cast<uint4*>(dst) = v;
+            } else {
+                const unsigned w[4] = {v.x, v.y, v.z, v.w};
+                unsigned short* out = reinterpret_cast<unsigned short*>(dst);
+#pragma unroll
+                for (int i = 0; i < 8; ++i)
+                    if (col + i < N) out[i] = static_cast<unsigned short>(w[i / 2] >> (16 * (i % 2)));
+            }
+        }
+    }
+}
+
 // ---- mbarriers (shared::cta addresses) ----
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -238,11 +291,15 @@ __global__ void __launch_bounds__(384, 1)
             if (lane == 0) mbar_arrive(empty + 8 * prev);
             // accumulator layout: n8 block j holds (r, 8j + 2q .. +1) and (r + 8, 8j + 2q .. +1)
             const int r = m0 + c * 64 + warp * 16 + lane / 4, q = lane % 4;
+            if constexpr (sizeof(O) == 2) {
+                store_rows_16bit(C, M, N, ldc, d, r, n0, lane);
+            } else {
 #pragma unroll
-            for (int j = 0; j < 32; ++j) {
-                const int col = n0 + 8 * j + 2 * q;
-                store_pair(C, M, N, ldc, r, col, d[4 * j], d[4 * j + 1]);
-                store_pair(C, M, N, ldc, r + 8, col, d[4 * j + 2], d[4 * j + 3]);
+                for (int j = 0; j < 32; ++j) {
+                    const int col = n0 + 8 * j + 2 * q;
+                    store_pair(C, M, N, ldc, r, col, d[4 * j], d[4 * j + 1]);
+                    store_pair(C, M, N, ldc, r + 8, col, d[4 * j + 2], d[4 * j + 3]);
+                }
             }
         }
     }
