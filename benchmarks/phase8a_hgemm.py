@@ -19,6 +19,9 @@ errors of the K additions add like a random walk), plus the output's rounding (2
 2^-11 for fp16). The largest measured error in units of ``sqrt(K) 2^-24 sum|a||b|`` is recorded for
 each rung, and for cuBLAS (``torch.matmul``) on the same inputs.
 
+Rung 5's tiles are chosen on the card first: each of ``RUNG5_CONFIGS`` is timed at 4096^3 (bf16) and the
+fastest serves the rest of the run (recorded under ``rung5_tuning``).
+
 Timing: CUDA events, L2 flushed before each repetition, median (the grader's ``time_cuda``), next to
 ``torch.matmul`` (cuBLAS, same dtypes and layout) measured in the same run, at 4096^3 and at the GPT's
 training shapes (the course GPT: d_model 64, B*T = 4096; and d_model 768 at B*T = 4096), forward and
