@@ -37,6 +37,9 @@ SPLITS = (1, 2, 4, 8, 16, 32, 64)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="fewer sizes (a check of the script)")
+    parser.add_argument("--chosen-only", action="store_true",
+                        help="time only the configurations of DEFAULT_TILES and rung 9's DEFAULT_CONFIG (every "
+                             "split): the rule's choices against the old default, without the full search")
     args = parser.parse_args(argv)
     os.environ["MINITORCH_WORKSPACE"] = tempfile.mkdtemp(prefix="minitorch-gemm-defaults-")
     import minitorch
@@ -52,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         kernels.write_source(name, text)
     gm = kernels.load_module("gemm.py")
     configs = gm.candidates("double_buffered")
+    if args.chosen_only:
+        chosen_configs = {tuple(c) for _, c in gm.DEFAULT_TILES} | {tuple(gm.DEFAULT_CONFIG["double_buffered"])}
+        configs = [c for c in configs if tuple(c) in chosen_configs]
     problems = [(s, s, s, False, False) for s in (SQUARES[:2] if args.quick else SQUARES)] + GPT
     # every instantiation compiled in one go
     names = tuple(gm.kernel_name("double_buffered", c, ta, tb) for c in configs
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({fastest['ratio']:.2f}x cuBLAS); best() {list(chosen[1])} x{splits} {best * 1e6:.1f} us "
               f"({cublas / best:.2f}x)", flush=True)
     write_results("phase5_gemm_defaults", gpu_name(), rows, candidates=[list(c) for c in configs],
-                  splits=list(SPLITS))
+                  splits=list(SPLITS), search="chosen configurations only" if args.chosen_only else "full")
     return 0
 
 
