@@ -30,7 +30,17 @@ import numpy as np
 from common import ROOT, gpu_name, write_results
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from phase7_gpt import CLIP, FULL, LABS, SEED, WEIGHT_DECAY, load_weights, minitorch_step, torch_gpt  # noqa: E402
+from phase7_gpt import (  # noqa: E402
+    CLIP,
+    FULL,
+    LABS,
+    SEED,
+    WEIGHT_DECAY,
+    load_weights,
+    minitorch_step,
+    torch_captured,
+    torch_gpt,
+)
 
 VOCAB = 65  # Tiny Shakespeare's characters
 REPLAYS, PROFILED = 200, 10
@@ -115,16 +125,7 @@ def torch_steps(model, xb_host: np.ndarray, yb_host: np.ndarray) -> dict:
     eager_ms = milliseconds(eager)
     opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=WEIGHT_DECAY,
                             capturable=True)
-    step = make_step(opt)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):  # warm-up on a side stream, as torch.cuda.graph asks
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
+    graph = torch_captured(make_step(opt))
     captured_ms = milliseconds(graph.replay)
     table, busy = kernel_table(graph.replay)
     return {"eager_ms": eager_ms, "captured_ms": captured_ms, "busy_us": busy, "kernels": table}
