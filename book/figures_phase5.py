@@ -260,3 +260,30 @@ def phase5_sweep_text() -> None:
             f"{ladder['blocktile_2d']['ratio']:.2f}; unrolled and held to 128 registers with "
             f"`__launch_bounds__(256, 2)`, {ladder['sweep5_bounded']['ratio']:.2f}.")
     glue_md("phase5-sweep-text", text + f" {res.provenance}")
+
+
+# --------------------------------------------------------------------------------------
+# variant="best" before autotuning: tiles by size, split-K (benchmarks/phase5_gemm_defaults.py)
+# --------------------------------------------------------------------------------------
+
+OLD_DEFAULT = [128, 128, 8, 32, 64]  # rung 9's DEFAULT_CONFIG, what `best` ran untuned before
+
+
+def phase5_defaults_text() -> None:
+    """Glue a table: per product, untuned `best` then (rung 9's default tiles, no split) and now, against cuBLAS."""
+    res = latest("phase5_gemm_defaults")
+    if res is None:
+        glue_md("phase5-defaults-text", missing_md("phase5_gemm_defaults", "benchmarks/phase5_gemm_defaults.py"))
+        return
+    lines = ["| product | cuBLAS | default tiles, no split | `best` untuned | its tiles × chunks of K |",
+             "|---|---:|---:|---:|---|"]
+    for row in (r for r in res.rows if r.get("kind") == "best"):
+        same = [r for r in res.rows if r.get("kind") == "trial" and r["config"] == OLD_DEFAULT
+                and r["splits"] == 1 and all(r[k] == row[k] for k in ("M", "N", "K", "transpose_a", "transpose_b"))]
+        op_a, op_b = ("Aᵀ" if row["transpose_a"] else "A"), ("Bᵀ" if row["transpose_b"] else "B")
+        old = f"{same[0]['ratio']:.2f}×" if same else "–"
+        tiles = "×".join(str(v) for v in row["config"][:2])
+        lines.append(f"| {row['M']} × {row['N']} × {row['K']} ({op_a}·{op_b}) | {row['cublas_seconds'] * 1e6:.1f} µs "
+                     f"| {old} | **{row['ratio']:.2f}×** | {tiles} × {row['splits']} |")
+    glue_md("phase5-defaults-text", "\n".join(lines) + f"\n\nSpeed as a fraction of cuBLAS's (higher is faster). "
+            f"{res.provenance}")

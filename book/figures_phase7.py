@@ -294,3 +294,50 @@ def phase7_reduced_bar(text_name: str = "phase7-reduced-text") -> None:
     glue_md(text_name, f"at most {t['shakespeare_val_loss']} nats for the full configuration on a GPU, at most "
                        f"{t['shakespeare_val_loss_reduced']} for the emulator's reduced one")
 
+
+
+# --------------------------------------------------------------------------------------
+# Where a captured step spends its GPU time (benchmarks/phase7_step_profile.py)
+# --------------------------------------------------------------------------------------
+
+PROFILE, PROFILE_SCRIPT = "phase7_step_profile", "benchmarks/phase7_step_profile.py"
+
+
+def _kernel_table(rows: list[dict], framework: str, top: int) -> str:
+    kernels = sorted((r for r in rows if r.get("kind") == "kernel" and r.get("framework") == framework),
+                     key=lambda r: -r["us_per_step"])
+    lines = ["| kernel | µs a call | calls a step | share of the GPU time |", "|---|---:|---:|---:|"]
+    for r in kernels[:top]:
+        name = r["name"].split("(")[0].replace("void ", "")
+        lines.append(f"| `{name}` | {r['us_per_call']:.1f} | {r['calls_per_step']:.0f} | {r['share']:.0%} |")
+    return "\n".join(lines)
+
+
+def _step(rows: list[dict], framework: str) -> dict | None:
+    found = [r for r in rows if r.get("kind") == "step" and r.get("framework") == framework]
+    return found[0] if found else None
+
+
+def phase7_profile(text_name: str = "phase7-profile-text") -> None:
+    """Glue the per-kernel profile of the captured step, before and after the fast paths, and PyTorch's."""
+    after, before = latest(PROFILE), latest(PROFILE + "_before")
+    if after is None or before is None:
+        glue_md(text_name, missing_md(PROFILE, PROFILE_SCRIPT))
+        return
+    ours, old, theirs = _step(after.rows, "minitorch"), _step(before.rows, "minitorch"), _step(after.rows, "pytorch")
+    text = [
+        f"Before (the reference GEMM with its default 128 × 128 tiles and no split, Phase 3b's bias gradient of "
+        f"one thread a column): a replay took **{old['captured_ms']:.2f} ms**, and the GPU was busy for "
+        f"{old['busy_us'] / 1e3:.2f} ms of it. {before.provenance}", "",
+        _kernel_table(before.rows, "minitorch", 5), "",
+        f"After: **{ours['captured_ms']:.3f} ms** a replay ({ours['launches']} launches, the GPU busy for "
+        f"{ours['busy_us'] / 1e3:.3f} ms), {old['captured_ms'] / ours['captured_ms']:.1f}× faster.", "",
+        _kernel_table(after.rows, "minitorch", 10), ""]
+    if theirs:
+        text.append(
+            f"PyTorch runs the same step (same model and weights, batch, AdamW, clipping) in "
+            f"{theirs['eager_ms']:.2f} ms eager and **{theirs['captured_ms']:.3f} ms** captured with "
+            f"`torch.cuda.graph` (AdamW with `capturable=True`; the GPU busy for {theirs['busy_us'] / 1e3:.3f} ms): "
+            f"graph against graph, minitorch takes **{ours['captured_ms'] / theirs['captured_ms']:.2f}×** its "
+            f"time. {after.provenance}")
+    glue_md(text_name, "\n".join(text))

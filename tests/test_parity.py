@@ -228,6 +228,19 @@ def _gemm(variant: str):
     return case
 
 
+def _gemm_split_k(n: int, rng: np.random.Generator):
+    """Rung 9's split-K (A stored K x M, B K x N) and the sum of its partial products: small integers, so
+    every partial product and their sum are exact in float32."""
+    gm = kernels.load_module("gemm.py")
+    m, k, cols = (n * 7) % 131 + 1, n % 300 + 130, (n * 13) % 133 + 1
+    a = rng.integers(-8, 9, (k, m)).astype(np.float32)
+    b = rng.integers(-8, 9, (k, cols)).astype(np.float32)
+    out = backend.asarray(np.full((m, cols), np.nan, np.float32))
+    gm.gemm(backend.asarray(a), backend.asarray(b), out, "double_buffered", transpose_a=True,
+            splits=2 + n % 5)
+    return backend.asnumpy(out).ravel(), (a.T.astype(np.float64) @ b).ravel()
+
+
 GEMM_RUNGS = {"sgemm_1_naive": "naive", "sgemm_2_coalesced": "coalesced", "sgemm_3_shared": "shared",
               "sgemm_4_blocktile_1d": "blocktile_1d", "sgemm_5_blocktile_2d": "blocktile_2d",
               "sgemm_6_vectorized": "vectorized", "sgemm_7_autotuned": "autotuned",
@@ -399,6 +412,7 @@ CASES: dict[tuple[str, str], Callable] = {
     ("reduce.cu", "column_mean_var"): _column_mean_var,
     **{key: _phase3(key[1]) for key in PHASE3_KERNELS},
     **{("gemm.cu", kernel): _gemm(variant) for kernel, variant in GEMM_RUNGS.items()},
+    ("gemm.cu", "sgemm_sum_splits"): _gemm_split_k,
     **{key: _phase7(key[1]) for key in PHASE7_KERNELS},
 }
 CASES.update(PHASE6_CASES)  # tests/parity_phase6.py
