@@ -26,12 +26,13 @@ def main(phase: str) -> int:
         return proc.returncode or 1
     perf = [dict(record, check=c["name"]) for c in report["checks"] for record in c.get("perf", [])]
     for c in report["checks"]:
-        if c["result"] != "PASS" or c.get("perf"):
+        if c["result"] != "PASS" or c.get("perf"):  # INFO: a reported figure
             print(f"{c['result']:>12}  {c['name']}  {c.get('measured', '')}  {c.get('reason', '')[:300]}")
     for r in perf:
         if "ratio" in r:
+            bar = "reported, no bar" if r.get("reported") else f"threshold {r['threshold']:.2f}"
             print(f"{r['name']:<28} {r['measured']:9.1f} {r['unit']} = {r['ratio']:.2f} x {r['reference_name']} "
-                  f"(threshold {r['threshold']:.2f})")
+                  f"({bar})")
         else:  # a figure with a bar of its own, e.g. a deliverable's loss (at most) or accuracy (at least)
             print(f"{r['name']:<28} {r['measured']:.4f} {r['unit']} ({r.get('direction', 'threshold')} "
                   f"{r['threshold']})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime as _dt
 import json
 import sys
 import tempfile
@@ -120,7 +121,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"phases": rows, "deliverables": deliverables}, indent=2))
         return EXIT_PASSED
-    table = [[r["phase"], r["title"], r["state"].upper(), (r["passed_at"] or "")[:16].replace("T", " "),
+    table = [[r["phase"], r["title"], r["state"].upper(), (r["graded_at"] or "")[:16].replace("T", " "),
               r["device"] or "", r["note"]] for r in rows]
     print(render_table(table, ["phase", "title", "state", "passed (UTC)", "device", "note"],
                        [8, 40, 8, 16, 32, 40]))
@@ -221,16 +222,23 @@ def cmd_grade_all(args: argparse.Namespace) -> int:
         print(f"grader grade-all: {why}", file=sys.stderr)
         return EXIT_CANNOT_GRADE
     rows = []
+    course = progress.course_version()  # the instructor's course grades every submission
+
+    def graded(sub: Path, row: dict) -> dict:
+        return {"submission": sub.name, "phase": phase.name, **row,
+                "graded_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "course_version": course}
+
     for sub in sorted(p for p in args.submissions.iterdir() if p.is_dir()):
         notebook = _find_submission_notebook(sub, phase.lab)
         if notebook is None:
-            rows.append({"submission": sub.name, "passed": False, "failed_checks": f"no {phase.lab}.ipynb"})
+            rows.append(graded(sub, {"passed": False, "failed_checks": f"no {phase.lab}.ipynb"}))
             continue
         row = (_grade_unsandboxed(args, phase, notebook) if args.unsandboxed
                else _grade_sandboxed(args, phase, sub, notebook))
-        rows.append({"submission": sub.name, **row})
+        rows.append(graded(sub, row))
         print(f"{sub.name:30} {'PASSED' if row['passed'] else 'NOT PASSED'}", flush=True)
-    fields = ["submission", "passed", "device", "seed", "passed_checks", "failed_checks", "deliverable"]
+    # progress.GRADE_FIELDS under the names `grader status --json` uses, then what only grading shows
+    fields = ["submission", *progress.GRADE_FIELDS, "passed_checks", "failed_checks", "deliverable"]
     with open(args.csv, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()

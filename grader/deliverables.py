@@ -19,6 +19,7 @@ Registered deliverables (``OUTSIDE``): ``phase4`` -> the sales regression. Phase
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import json
 import math
@@ -140,6 +141,59 @@ def _names(record: dict[str, Any], key: str, name: str) -> list[str]:
     return value
 
 
+# ---------------------------------------------------------------- a model and its record: one run's pair
+
+# The record key minitorch.nn.save_deliverable writes: {parameter file name: sha256 of its bytes}.
+PARAMETERS_HASHES = "parameters_sha256"
+
+
+@dataclass(frozen=True)
+class SavedPair:
+    """A deliverable's files: the JSON record and the parameter files it describes, saved by one cell."""
+    record: str
+    parameters: tuple[str, ...]
+    section: str   # the lab's section whose last cell saves them
+
+
+def check_pair(pair: SavedPair, record: dict[str, Any], files: dict[str, bytes]) -> None:
+    """Refuse parameter files (name -> bytes, those present) that are not the ones `record` was saved with:
+    a new run's model beside an older run's record (a run that stopped between the two writes) is graded
+    as neither."""
+    again = (f"Run the saving cell (the last of the section {pair.section}) again: it writes the model "
+             f"and its record together, as one pair.")
+    hashes = record.get(PARAMETERS_HASHES)
+    if not (isinstance(hashes, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in hashes.items())):
+        raise GradeError(f"{pair.record} does not give the SHA-256 of the parameter files it describes "
+                         f"({PARAMETERS_HASHES}): it was not written by the lab's saving cell "
+                         f"(nn.save_deliverable), or by an older one, so nothing shows that "
+                         f"{' and '.join(files) or 'the parameters'} come from the same run. {again}")
+    for name, data in files.items():
+        digest = hashlib.sha256(data).hexdigest()
+        claimed = hashes.get(name)
+        if claimed != digest:
+            said = f"the record was saved with another {name} (sha256 {claimed[:12]}…)" if claimed else \
+                f"the record does not name {name}"
+            raise GradeError(f"{name} and {pair.record} come from two different runs: {said}, the file holds "
+                             f"sha256 {digest[:12]}… (a run that stopped between saving the model and saving "
+                             f"its record leaves such a pair). {again}")
+
+
+def check_saved_pair(workspace: Path, pair: SavedPair) -> None:
+    """`check_pair` on the files in `workspace`; nothing to say when the record is absent (the graded test
+    names the missing files itself)."""
+    try:
+        record_bytes = read_untrusted(workspace, pair.record)
+    except FileNotFoundError:
+        return
+    files = {}
+    for name in pair.parameters:
+        try:
+            files[name] = read_untrusted(workspace, name)
+        except FileNotFoundError:
+            continue
+    check_pair(pair, load_record(record_bytes, pair.record), files)
+
+
 # ---------------------------------------------------------------- Phase 4: sales.tsv
 
 SALES_MODEL, SALES_RECORD = "sales_model.npz", "sales_model.json"
@@ -167,6 +221,7 @@ def load_sales_model(workspace: Path) -> tuple[dict[str, Any], dict[str, np.ndar
         raise GradeError(f"{SALES_RECORD} lacks {', '.join(absent)}: save it as the lab's last deliverable "
                          f"cell does")
     params = load_npz(model_bytes, SALES_MODEL, SALES_PARAMETERS)
+    check_pair(PAIRS["phase4"], record, {SALES_MODEL: model_bytes})  # both readable: one run's?
     return record, params
 
 
@@ -261,6 +316,29 @@ def evaluate_sales(workspace: Path) -> str:
                          f"{baseline:.3f}; less than {limit} x is needed (phase4.sales_mae_ratio in "
                          f"grader/thresholds.toml); evaluated on the {len(price_test):,} test sales")
     return f"test MAE {mae:.3f} = {mae / baseline:.3f} x the mean predictor's (< {limit} x needed)"
+
+
+# ---------------------------------------------------------------- every deliverable's pair
+
+PAIRS: dict[str, SavedPair] = {
+    "phase4": SavedPair(SALES_RECORD, (SALES_MODEL,), SALES_LAB_SECTION),
+    "phase5": SavedPair("sales_optim.json", ("sales_start.npz", "sales_sgd.npz", "sales_adam.npz",
+                                             "sales_adam_at_sgd_loss.npz"),
+                        '"The deliverable: SGD against Adam, from one initialisation" in labs/phase5_fast.ipynb'),
+    "phase6": SavedPair("mnist_model.json", ("mnist_model.npz",),
+                        '"The deliverable: reading handwritten digits" in labs/phase6_cnn.ipynb'),
+    "phase7": SavedPair("shakespeare_model.json", ("shakespeare_model.npz",),
+                        '"The deliverable: a character-level GPT on Tiny Shakespeare" in labs/phase7_gpt.ipynb'),
+}
+# The graded tests that read a pair (grader/tests/conftest.py checks it before they run; Phase 4's
+# evaluation checks its own, inside and outside the sandbox).
+READ_BY: dict[str, str] = {
+    "test_phase5_training.py::test_sales_sequential_models_pass_phase4_mae_bar": "phase5",
+    "test_phase5_training.py::test_adam_reaches_sgd_final_loss_in_fewer_epochs": "phase5",
+    "test_phase5_training.py::test_deliverable_starts_from_your_initialisation": "phase5",
+    "test_phase6_mnist.py::test_mnist_model_accuracy_on_the_test_set": "phase6",
+    "test_phase7_gpt.py::test_shakespeare_model_validation_loss": "phase7",
+}
 
 
 # ---------------------------------------------------------------- grade-all: outside the sandbox

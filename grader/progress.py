@@ -4,8 +4,10 @@ File format (JSON, git-ignored, ``.grader/progress.json``)::
 
     {"version": 1, "phases": {"phase1": {"last_attempt": RECORD, "last_pass": RECORD}}}
 
-RECORD = {"passed", "when" (UTC ISO), "device", "perf": [...], "workspace", "files": {path: sha256},
-"notebook", "notebook_sha256", "seed"}. ``last_pass`` is kept when a later attempt fails, so a
+RECORD = {"passed", "when" (UTC ISO), "device", "course_version", "perf": [...], "workspace",
+"files": {path: sha256}, "notebook", "notebook_sha256", "seed"}. ``device`` is the backend's own
+description ("cuda: NVIDIA H100 80GB HBM3", "emu: CUDA C emulator on the CPU"): a GPU pass and an
+emulator pass read differently. ``course_version`` is the course that graded (see ``course_version``). ``last_pass`` is kept when a later attempt fails, so a
 flaky run never takes a pass away; changing a graded file does (the phase becomes stale).
 """
 
@@ -15,7 +17,10 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import re
+import subprocess
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +29,39 @@ from grader.phases import PHASES, Phase, get_phase
 
 VERSION = 1
 LOCKED, UNLOCKED, PASSED, STALE = "locked", "unlocked", "passed", "stale"
+# One name for each fact about a grade, wherever it is shown: the rows of `grader status --json` and the
+# columns of `grader grade-all`'s CSV both carry these, under these names.
+GRADE_FIELDS = ("phase", "passed", "graded_at", "device", "course_version", "seed")
+
+
+def course_version(root: Path | None = None) -> str:
+    """Which course graded: "git <commit>" (HEAD of the course's checkout) when the course is a git
+    checkout, else "minitorch-cuda <version>" (pyproject.toml's, the installed package's)."""
+    root = Path(root or paths.repo_root())
+    if (root / ".git").exists():  # a checkout (a worktree's .git is a file), not a copy inside another repo
+        try:
+            head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                  timeout=10, stdin=subprocess.DEVNULL)
+            commit = head.stdout.strip()
+            if head.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+                return f"git {commit}"
+        except (OSError, subprocess.SubprocessError):  # no git, or it cannot read the checkout
+            pass
+    return f"minitorch-cuda {_package_version(root)}"
+
+
+def _package_version(root: Path) -> str:
+    try:
+        with open(root / "pyproject.toml", "rb") as fh:
+            return str(tomllib.load(fh)["project"]["version"])
+    except (OSError, KeyError, tomllib.TOMLDecodeError):
+        pass
+    from importlib import metadata
+
+    try:
+        return metadata.version("minitorch-cuda")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def file_sha256(path: Path) -> str | None:
@@ -86,6 +124,7 @@ def make_record(
     perf: list[dict[str, Any]] | None = None,
     seed: int | None = None,
     when: _dt.datetime | None = None,
+    course: str | None = None,
 ) -> dict[str, Any]:
     workspace = Path(workspace).resolve()
     when = when or _dt.datetime.now(_dt.UTC)
@@ -93,6 +132,7 @@ def make_record(
         "passed": passed,
         "when": when.isoformat(timespec="seconds"),
         "device": device,
+        "course_version": course or course_version(),
         "perf": perf or [],
         "seed": seed,
         "workspace": str(workspace),
@@ -176,8 +216,12 @@ def status_rows(data: dict[str, Any] | None = None) -> list[dict[str, Any]]:
             "phase": phase.name,
             "title": phase.title,
             "state": state,
-            "passed_at": last_pass["when"] if last_pass else None,
+            "passed": state == PASSED,
+            # the pass shown (kept through later failed attempts), under the names grade-all's CSV uses
+            "graded_at": last_pass["when"] if last_pass else None,
             "device": last_pass["device"] if last_pass else None,
+            "course_version": last_pass.get("course_version") if last_pass else None,
+            "seed": last_pass.get("seed") if last_pass else None,
             "note": note,
         })
     return rows

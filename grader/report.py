@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 PASS, FAIL, SKIP, NOT_MEASURED, CRASH, TIMEOUT = "PASS", "FAIL", "SKIP", "NOT MEASURED", "CRASH", "TIMEOUT"
+INFO = "INFO"  # a figure measured and reported, never required (no bar): neither a pass nor a failure
 
 
 @dataclass
@@ -60,7 +61,8 @@ class PhaseReport:
 
 
 def format_measure(perf: dict[str, Any]) -> str:
-    """'412 GB/s = 0.93x ref (>= 0.60x)' from a perf record written by grader.checks.perf_ratio."""
+    """'412 GB/s = 0.93x ref (>= 0.60x)' from a perf record written by grader.checks.perf_ratio; a reported
+    figure has no bar: '295.7 GFLOP/s = 0.07x ref (reported, no bar)'."""
     unit = perf.get("unit", "")
     measured = perf.get("measured")
     ratio = perf.get("ratio")
@@ -71,6 +73,8 @@ def format_measure(perf: dict[str, Any]) -> str:
     if ratio is not None:
         parts.append(f"{ratio:.2f}x ref")
     text = " = ".join(parts)
+    if perf.get("reported") or threshold is None:
+        return text + " (reported, no bar)" if perf.get("reported") else text
     if threshold is not None and perf.get("direction") == "at most":  # a bound on the value itself (a loss)
         text += f" (<= {threshold:g})"
     elif threshold is not None and perf.get("direction") == "at least":  # likewise (an accuracy)
@@ -129,7 +133,7 @@ def render_report(report: PhaseReport) -> str:
     for label, c in _grouped_rows(report.checks):
         first_line = c.reason.strip().splitlines()[0] if c.reason.strip() else ""
         measured = c.measured or (first_line if c.result in (SKIP, NOT_MEASURED) else "")
-        hint = c.hint if c.result not in (PASS, SKIP, NOT_MEASURED) else ""
+        hint = c.hint if c.result not in (PASS, INFO, SKIP, NOT_MEASURED) else ""
         rows.append([label, c.result, measured, hint])
     if rows:
         lines.append(render_table(rows, ["check", "result", "measured vs threshold", "hint"], [46, 12, 34, 38]))
@@ -157,6 +161,9 @@ def render_report(report: PhaseReport) -> str:
             lines.append(f"- in {where}:")
             lines += ["    " + line for line in w.strip().splitlines()[:8]]
     lines += [""] + [f"note: {n}" for n in report.notes]
+    if any(c.result == INFO for c in report.checks):
+        lines.append(f"note: {INFO} is a figure measured and reported, never required (\"reported\" in "
+                     f"grader/thresholds.toml): it neither passes nor fails the phase")
     verdict = "PASSED" if report.passed else "NOT PASSED"
     lines.append(f"{report.phase}: {verdict}")
     return "\n".join(lines).replace("\n\n\n", "\n\n")

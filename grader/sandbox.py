@@ -99,29 +99,80 @@ def _own_process_count(uid: int) -> int:
 
 
 def _hidden_dirs(submissions: Path) -> list[Path]:
-    """Directories the sandbox sees as empty: the submissions, the home directory, /root."""
-    hidden = [submissions.resolve(), Path.home().resolve(), Path("/root")]
+    """Directories the sandbox sees as empty: the submissions, the home directory, /root (real paths:
+    every link that leads to one leads to the cover)."""
+    hidden = [submissions.resolve(), Path.home().resolve(), Path("/root").resolve()]
     return [h for h in dict.fromkeys(hidden) if h.is_dir() and h != Path("/")]
 
 
-def _readonly_rebinds(hidden: list[Path]) -> list[Path]:
-    """What grading needs that a hidden directory (or the sandbox's own /tmp) may hold: the course,
-    the Python in use and the data directory."""
+def _needed_paths() -> list[Path]:
+    """What grading reads, wherever it lives: the course, the Python in use and the data directory."""
     needed = [paths.repo_root().resolve(), Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
               Path(sys.executable).resolve().parent.parent]
     if data := os.environ.get("MINITORCH_DATA_DIR"):   # MNIST, sales.tsv: read-only like the course
         needed.append(Path(data).resolve())
-    return [n for n in dict.fromkeys(needed) if any(n.is_relative_to(h) for h in hidden)]
+    return list(dict.fromkeys(needed))
 
 
-def _rebind(paths_: list[Path], covers: list[Path]) -> list[str]:
-    """bwrap options that make `paths_` visible again (read-only) under the tmpfs mounted on `covers`."""
-    out = []
-    for n in paths_:
-        top = next(h for h in covers if n.is_relative_to(h))
-        for parent in reversed(n.relative_to(top).parents[:-1]):   # bwrap would create them 0700
-            out += ["--perms", "0755", "--dir", str(top / parent)]
-        out += ["--ro-bind", str(n), str(n)]
+@dataclass(frozen=True)
+class Mount:
+    option: str                 # "--tmpfs" (hidden), "--ro-bind" (visible, read-only), "--bind" (writable)
+    target: Path
+    source: Path | None = None  # for the binds
+
+    @property
+    def visible(self) -> bool:
+        return self.option != "--tmpfs"
+
+
+def plan_mounts(stage: Path, submissions: Path) -> list[Mount]:
+    """The mounts over the read-only root, in the order bwrap applies them.
+
+    What a path shows is decided by the nearest enclosing entry: the submissions, the home directory,
+    /root and the sandbox's own /tmp are hidden; the course, the Python and the data directory are
+    visible (read-only) wherever they live, even inside a hidden directory; the stage's two directories
+    are the only writable places. A later mount covers everything mounted below its target, so the
+    entries are mounted shallowest first: a deeper entry always wins over the ones that enclose it, and
+    the submissions come back with nothing (a course under /tmp, under the home directory, or holding
+    the submissions, included). The submissions win a tie, and nothing needed under the stage is
+    mounted (the stage is this submission's own copy)."""
+    hidden = _hidden_dirs(submissions)
+    covers = list(dict.fromkeys([*hidden, INSIDE]))
+    stage = stage.resolve()
+    entries: dict[Path, Mount] = {h: Mount("--tmpfs", h) for h in covers}
+    for n in _needed_paths():
+        if not n.is_relative_to(stage) and n not in (submissions.resolve(), INSIDE):
+            entries[n] = Mount("--ro-bind", n, n)
+    for name in (SUBMISSION, WORKSPACE):
+        entries[name] = Mount("--bind", name, stage / name.name)
+    if submissions.resolve() in hidden:
+        entries[submissions.resolve()] = Mount("--tmpfs", submissions.resolve())
+
+    def enclosing(path: Path) -> Mount | None:
+        return next((entries[a] for a in path.parents if a in entries), None)
+
+    plan: list[Mount] = []
+    for target in sorted(entries, key=lambda p: len(p.parts)):
+        mount, outer = entries[target], enclosing(target)
+        outer_visible = outer is None or outer.visible          # None: the root, bound read-only
+        if mount.option != "--bind" and mount.visible == outer_visible:
+            continue   # already shown (or hidden) as it should be
+        plan.append(mount)
+    return plan
+
+
+def _mount_options(plan: list[Mount]) -> list[str]:
+    out: list[str] = []
+    for i, mount in enumerate(plan):
+        if mount.option == "--tmpfs":
+            out += ["--tmpfs", str(mount.target)]
+            continue
+        # a bind inside an empty tmpfs: its parents do not exist there (bwrap would create them 0700)
+        outer = next((m for m in reversed(plan[:i]) if mount.target.is_relative_to(m.target)), None)
+        if outer is not None and not outer.visible:
+            for parent in reversed(mount.target.relative_to(outer.target).parents[:-1]):
+                out += ["--perms", "0755", "--dir", str(outer.target / parent)]
+        out += [mount.option, str(mount.source), str(mount.target)]
     return out
 
 
@@ -132,23 +183,8 @@ def command(inner: list[str], stage: Path, submissions: Path, limits: Limits) ->
         raise SandboxUnavailableError(unavailable_message())
     root = os.geteuid() == 0
     cmd = [bwrap, "--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-    hidden = _hidden_dirs(submissions)
-    for h in hidden:
-        cmd += ["--tmpfs", str(h)]
-    rebound = _readonly_rebinds(hidden)
-    cmd += _rebind(rebound, hidden)
-    # bwrap mounts in order: a hidden directory inside one brought back (submissions kept in the course's
-    # clone, say) would reappear with it, so it is covered again.
-    for h in hidden:
-        if any(h != n and h.is_relative_to(n) for n in rebound):
-            cmd += ["--tmpfs", str(h)]
-    cmd += ["--tmpfs", str(INSIDE)]
-    # Needed paths under /tmp (a data directory, say) come back read-only; /tmp itself never does.
-    cmd += _rebind([n for n in _readonly_rebinds([INSIDE]) if n != INSIDE and not n.is_relative_to(stage)],
-                   [INSIDE])
-    cmd += ["--bind", str(stage / "submission"), str(SUBMISSION),
-            "--bind", str(stage / "workspace"), str(WORKSPACE),
-            "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+    cmd += _mount_options(plan_mounts(stage, submissions))
+    cmd += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--chdir", str(SUBMISSION)]
     if root:   # no user namespace: drop to nobody inside, where the process limit applies
         cmd += ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",

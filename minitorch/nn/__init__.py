@@ -3,11 +3,12 @@
 
 from minitorch.nn.activation import ReLU, Sigmoid
 from minitorch.nn.conv import Conv2d, Flatten, MaxPool2d
+from minitorch.nn.deliverable import save_deliverable
 from minitorch.nn.linear import Linear
 from minitorch.nn.module import Module, ModuleList, Sequential
 from minitorch.nn.transformer import GELU, GPT, Embedding, LayerNorm, MultiHeadAttention, TransformerBlock
 
-__all__ = ["Linear", "Module", "ReLU", "Sequential", "Sigmoid",
+__all__ = ["Linear", "Module", "ReLU", "Sequential", "Sigmoid", "save_deliverable",
            # Phase 6
            "Conv2d", "Flatten", "MaxPool2d"]
 __all__ += ["GELU", "GPT", "Embedding", "LayerNorm", "ModuleList", "MultiHeadAttention", "TransformerBlock"]  # Phase 7

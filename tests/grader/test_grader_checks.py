@@ -143,3 +143,54 @@ def test_expect_error_rejects_a_vague_or_missing_error(fn, why):
 def test_expect_error_rejects_a_launch_before_the_error():
     with pytest.raises(checks.GradeError, match=r"a kernel \(memory.cu:fill\) was launched before the ValueError"):
         checks.expect_error("fill of 3", lambda: _launcher(True)(3), ValueError, "4", "3")
+
+
+# ---------------------------------------------------------------- reported figures: measurements, not checks
+
+
+def test_no_bar_of_the_thresholds_file_is_zero():
+    """A ratio of at least 0.0 cannot fail: a figure that is reported and never required says "reported"
+    (and is shown as INFO), it never hides behind a bar of zero."""
+    zeros, reported = [], []
+
+    def walk(node, prefix=""):
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            elif value == checks.REPORTED:
+                reported.append(prefix + key)
+            elif not isinstance(value, str) and value == 0:
+                zeros.append(prefix + key)
+
+    walk(checks.thresholds())
+    assert zeros == []
+    assert {"phase2.transpose_naive", "phase4.sum_atomic", "phase4.sum_shared",
+            "phase7.attention_vs_sdpa"} <= set(reported)
+    assert all(checks.is_reported(key) for key in reported)
+    assert not checks.is_reported("phase1.fill") and not checks.is_reported("phase1.nope")
+
+
+def _timed_perf_ratio(monkeypatch, tmp_path, bar: str, learner_s: float, reference_s: float):
+    (tmp_path / "t.toml").write_text(f"[phase9]\nfigure = {bar}\n")
+    monkeypatch.setenv("GRADER_THRESHOLDS", str(tmp_path / "t.toml"))
+    monkeypatch.setattr(checks, "gpu_available", lambda: True)
+    times = {"learner": learner_s, "reference": reference_s}
+    monkeypatch.setattr(checks, "time_cuda", lambda fn, **_: times[fn()])
+    recorded = []
+    record = checks.perf_ratio("figure", lambda: "learner", lambda: "reference", 1e9, "phase9.figure",
+                               lambda key, value: recorded.append((key, value)))
+    return record, recorded
+
+
+def test_a_reported_figure_is_recorded_without_a_bar_and_never_fails(monkeypatch, tmp_path):
+    record, recorded = _timed_perf_ratio(monkeypatch, tmp_path, '"reported"', learner_s=1.0, reference_s=0.01)
+    assert recorded == [("perf", record)]
+    assert record["reported"] is True and record["threshold"] is None
+    assert record["ratio"] == pytest.approx(0.01)   # measured all the same: 1 GB/s against 100 GB/s
+
+
+def test_a_figure_with_a_bar_is_still_enforced(monkeypatch, tmp_path):
+    with pytest.raises(checks.GradeError, match=r"0\.01x .*at least 0\.50x is needed \(phase9\.figure"):
+        _timed_perf_ratio(monkeypatch, tmp_path, "0.5", learner_s=1.0, reference_s=0.01)
+    record, _ = _timed_perf_ratio(monkeypatch, tmp_path, "0.5", learner_s=1.0, reference_s=0.9)
+    assert record["threshold"] == 0.5 and "reported" not in record

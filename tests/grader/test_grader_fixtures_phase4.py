@@ -181,6 +181,7 @@ def _saved_model(workspace: Path, sales: Path, *, perfect: bool) -> None:
     """A model file as the lab writes it: `perfect` computes log total = log quantity + log unit price
     exactly (a Linear layer can, a ReLU passes positive values); otherwise it always predicts one price."""
     from minitorch.data import load_sales, sales_features, sha256_file
+    from minitorch.nn import save_deliverable
 
     features, _, names = sales_features(load_sales(sales / "sales.tsv"))
     n = len(names)
@@ -189,12 +190,11 @@ def _saved_model(workspace: Path, sales: Path, *, perfect: bool) -> None:
     if perfect:
         w1[names.index("quantity"), 0] = w1[names.index("unit_price"), 0] = 1.0
     w2, b2 = np.array([[1.0], [0.0]]), np.array([-50.0 if perfect else -47.0])
-    np.savez(workspace / "sales_model.npz", **{"hidden.weight": w1, "hidden.bias": b1, "out.weight": w2,
-                                               "out.bias": b2})
     record = {"format": 1, "features": names, "log_features": ["quantity", "unit_price"], "log_target": True,
               "feature_mean": mean.tolist(), "feature_std": std.tolist(), "target_mean": 0.0, "target_std": 1.0,
               "sales_sha256": sha256_file(sales / "sales.tsv")}
-    (workspace / "sales_model.json").write_text(json.dumps(record))
+    save_deliverable(workspace, "sales_model.json", record, {"sales_model.npz": {
+        "hidden.weight": w1, "hidden.bias": b1, "out.weight": w2, "out.bias": b2}})
     assert features.shape[1] == n
 
 

@@ -9,12 +9,12 @@ PyTorch on the CPU, with the lab's settings, and then the same files doctored.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from minitorch.nn import save_deliverable
 from tests.grader.test_grader_fixtures import _emu_available, grade_workspace, replace_once, results
 
 REPO = Path(__file__).resolve().parents[2]
@@ -210,14 +210,22 @@ def torch_trained_deliverable(workspace: Path) -> dict:
     sgd_losses, sgd_state, _ = run(adam=False)
     adam_losses, adam_state, reached = run(adam=True, target_loss=sgd_losses[-1])
     assert reached is not None and reached[0] < config["epochs"], (sgd_losses, adam_losses)
-    for name, state in (("start", start), ("sgd", sgd_state), ("adam", adam_state), ("adam_at_sgd_loss", reached[1])):
-        np.savez(workspace / f"sales_{name}.npz", **state)
+    states = {f"sales_{name}.npz": state for name, state in (("start", start), ("sgd", sgd_state),
+                                                              ("adam", adam_state), ("adam_at_sgd_loss", reached[1]))}
     record = {"features": names, "log_features": ["quantity", "unit_price"], "log_target": True,
               "feature_mean": mean.tolist(), "feature_std": std.tolist(), "target_mean": y_mean, "target_std": y_std,
               "train_fraction": 0.8, "sales_sha256": data.sha256_file(path), "config": config, "init_seed": 5,
               "sgd_losses": sgd_losses, "adam_losses": adam_losses, "adam_epoch_at_sgd_loss": reached[0]}
-    (workspace / "sales_optim.json").write_text(json.dumps(record))
+    save_deliverable(workspace, "sales_optim.json", record, states)
     return record
+
+
+def _saved_states(workspace: Path) -> dict[str, dict[str, np.ndarray]]:
+    states = {}
+    for name in ("sales_start.npz", "sales_sgd.npz", "sales_adam.npz", "sales_adam_at_sgd_loss.npz"):
+        with np.load(workspace / name) as saved:
+            states[name] = dict(saved)
+    return states
 
 
 DELIVERABLE_TESTS = ("test_sales_sequential_models_pass_phase4_mae_bar or test_adam_reaches_sgd_final_loss or "
@@ -235,11 +243,9 @@ def test_deliverable_trained_elsewhere_passes_and_doctored_ones_do_not(tmp_path)
     record["adam_losses"] = [loss / 3 for loss in record["adam_losses"]]
     record["adam_epoch_at_sgd_loss"] = next(e + 1 for e, loss in enumerate(record["adam_losses"])
                                             if loss <= record["sgd_losses"][-1])
-    (workspace / "sales_optim.json").write_text(json.dumps(record))
-    with np.load(workspace / "sales_start.npz") as start:
-        doctored = dict(start)
-    doctored["0.weight"] = doctored["0.weight"][::-1].copy()
-    np.savez(workspace / "sales_start.npz", **doctored)
+    states = _saved_states(workspace)
+    states["sales_start.npz"]["0.weight"] = states["sales_start.npz"]["0.weight"][::-1].copy()
+    save_deliverable(workspace, "sales_optim.json", record, states)  # doctored, but saved as one set
     report = grade(tmp_path, {}, DELIVERABLE_TESTS)  # the files already in the workspace
     failed(report, "test_adam_reaches_sgd_final_loss_in_fewer_epochs", "recomputed in float64",
            "not the one whose loss was recorded")

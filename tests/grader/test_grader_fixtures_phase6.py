@@ -181,14 +181,11 @@ def test_conv_launcher_computing_with_numpy_is_rejected(tmp_path):
 
 def _mnist_workspace(tmp_path: Path, params: dict, record: dict) -> dict[str, str]:
     """The solution files, and a saved model written into the workspace the grader will read."""
-    import json
-
-    import numpy as np
+    from minitorch.nn import save_deliverable
 
     workspace = tmp_path / "workspace"
     workspace.mkdir(exist_ok=True)
-    np.savez(workspace / "mnist_model.npz", **params)
-    (workspace / "mnist_model.json").write_text(json.dumps(record))
+    save_deliverable(workspace, "mnist_model.json", record, {"mnist_model.npz": params})
     return solution_sources()
 
 
@@ -225,3 +222,19 @@ def test_mnist_model_of_another_network_is_rejected(tmp_path):
     [check] = results(report, "test_mnist_model_accuracy_on_the_test_set")
     assert check["result"] == "FAIL" and "is not the course's network" in check["reason"], check
     assert "7.weight (64, 784) (expected (784, 64))" in check["reason"], check
+
+
+@pytest.mark.skipif(not (REPO / "grader" / "tests" / "test_phase6_mnist.py").exists(), reason="no deliverable test")
+def test_a_model_saved_by_another_run_than_its_record_is_refused(tmp_path):
+    """A run that saved the parameters and stopped before the record: the new model beside the old record is
+    graded as neither (it once read "the saved model classifies 11.36% ... the notebook reported 85.30%")."""
+    import numpy as np
+
+    files = _mnist_workspace(tmp_path, _untrained(0), RECORD)
+    np.savez(tmp_path / "workspace" / "mnist_model.npz", **_untrained(1))   # as Module.save writes it
+    report = grade(tmp_path, files, "-k", "test_mnist_model")
+    [check] = results(report, "test_mnist_model_accuracy_on_the_test_set")
+    assert check["result"] == "FAIL", check
+    assert "mnist_model.npz and mnist_model.json come from two different runs" in check["reason"], check
+    assert "Run the saving cell" in check["reason"] and "reading handwritten digits" in check["reason"], check
+    assert "the notebook reported" not in check["reason"], check

@@ -210,11 +210,10 @@ def _saved_model(workspace: Path, **record_changes: object) -> None:
 
     chars = sorted(set(DATA.read_text(encoding="utf-8")))
     model = nn.GPT(len(chars), 16, d_model=32, n_head=2, n_layer=1, device="cpu", seed=0)
-    model.save(workspace / "shakespeare_model.npz")
     record = {"format": 1, "config": model.config, "chars": chars, "train_fraction": 0.9,
               "data_sha256": data.DATASETS["tinyshakespeare"][0].sha256, "configuration": "reduced",
               "val_loss": 1.2, **record_changes}  # a printed loss the grader must not believe
-    (workspace / "shakespeare_model.json").write_text(json.dumps(record))
+    nn.save_deliverable(workspace, "shakespeare_model.json", record, {"shakespeare_model.npz": model})
 
 
 def _deliverable(report: dict) -> dict:

@@ -222,3 +222,61 @@ def test_every_earlier_phase_must_pass_not_only_the_one_before(env, capsys):
     main(["status"])
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("phase5") or " phase5 " in line)
     assert "pass phase2 first" in line
+
+
+# ---------------------------------------------------------------- one vocabulary; which course and device graded
+
+
+def test_course_version_is_the_checkouts_commit_else_the_package_version(tmp_path):
+    import subprocess
+
+    copy = tmp_path / "copy"   # a course copied without its git history
+    copy.mkdir()
+    (copy / "pyproject.toml").write_text('[project]\nname = "minitorch-cuda"\nversion = "9.8.7"\n')
+    assert progress.course_version(copy) == "minitorch-cuda 9.8.7"
+    git = ["git", "-C", str(copy), "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "pyproject.toml"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "course"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    assert progress.course_version(copy) == f"git {head}"
+    inner = copy / "nested"    # a copy inside another repository is not that repository's commit
+    inner.mkdir()
+    (inner / "pyproject.toml").write_text('[project]\nversion = "1.2.3"\n')
+    assert progress.course_version(inner) == "minitorch-cuda 1.2.3"
+
+
+def test_a_record_says_which_course_and_which_device_graded_it(env, capsys):
+    progress_file, workspace = env
+    phase = get_phase("phase1")
+    progress.record(phase, progress.make_record(phase, passed=True, device="cuda: NVIDIA H100 80GB HBM3",
+                                                workspace=workspace, notebook=None, seed=7))
+    rec = json.loads(progress_file.read_text())["phases"]["phase1"]["last_pass"]
+    assert rec["course_version"] == progress.course_version() and rec["course_version"].startswith(("git ",
+                                                                                                    "minitorch-cuda "))
+    assert main(["status", "--json"]) == 0
+    [row] = [r for r in json.loads(capsys.readouterr().out)["phases"] if r["phase"] == "phase1"]
+    assert row["device"] == "cuda: NVIDIA H100 80GB HBM3" and row["course_version"] == rec["course_version"]
+    assert row["passed"] is True and row["graded_at"] == rec["when"] and row["seed"] == 7
+
+
+def test_status_json_and_grade_all_csv_use_the_same_names(env, tmp_path, capsys):
+    import csv
+
+    _, workspace = env
+    _pass_phase1(workspace)
+    main(["status", "--json"])
+    rows = json.loads(capsys.readouterr().out)["phases"]
+    assert all(set(progress.GRADE_FIELDS) <= set(r) for r in rows), rows[0]
+    subs = tmp_path / "submissions"
+    (subs / "alice").mkdir(parents=True)   # no notebook: a row all the same, quickly
+    out = tmp_path / "grades.csv"
+    assert main(["grade-all", str(subs), "--phase", "phase1", "--csv", str(out), "--unsandboxed"]) == 0
+    with out.open() as fh:
+        reader = csv.DictReader(fh)
+        [alice] = list(reader)
+    header = reader.fieldnames
+    shared = [name for name in header if name in rows[0]]
+    assert shared == list(progress.GRADE_FIELDS), header   # every shared fact, under one name, in one order
+    assert alice["phase"] == "phase1" and alice["passed"] == "False"
+    assert alice["course_version"] == progress.course_version() and alice["graded_at"].endswith("+00:00")

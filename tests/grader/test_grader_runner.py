@@ -155,3 +155,30 @@ def test_measures_are_shown_against_their_kind_of_bar():
     assert format_measure(loss) == "1.848 nats (<= 2.05)"
     accuracy = {"measured": 0.9898, "unit": "fraction", "threshold": 0.98, "direction": "at least"}
     assert format_measure(accuracy) == "0.9898 fraction (>= 0.98)"
+
+
+def test_a_reported_figure_is_shown_as_info_not_as_a_pass():
+    """Phase 7's attention against SDPA is reported, never required: INFO with its measurement and no bar, in
+    the table and in the JSON, and it counts neither as a passed check nor against the phase."""
+    import json
+
+    from grader.report import INFO, PASS, PhaseReport, render_report
+    from grader.tests_step import _result_check
+
+    attention = {"name": "attention", "unit": "GFLOP/s", "measured": 295.7, "reference": 4224.0, "ratio": 0.07,
+                 "threshold": None, "reported": True, "threshold_key": "phase7.attention_vs_sdpa"}
+    layernorm = {"name": "layernorm", "unit": "GB/s", "measured": 2000.0, "ratio": 0.62, "threshold": 0.5}
+    checks = [_result_check({"nodeid": f"t.py::test_{name}", "outcome": "passed", "perf": [perf]},
+                            {"kernel": None, "perf": True})
+              for name, perf in (("attention", attention), ("layernorm", layernorm))]
+    assert [c.result for c in checks] == [INFO, PASS]
+    assert checks[0].measured == "295.7 GFLOP/s = 0.07x ref (reported, no bar)"
+    report = PhaseReport("phase7", "GPT", "cuda", 1, checks=checks)
+    assert report.passed
+    text = render_report(report)
+    row = next(line for line in text.splitlines() if "test_attention" in line)
+    assert "INFO" in row and "PASS" not in row and ">=" not in row, row
+    assert "INFO is a figure measured and reported, never required" in text
+    data = json.loads(report.to_json())
+    assert [c["result"] for c in data["checks"]] == ["INFO", "PASS"]
+    assert data["checks"][0]["perf"][0]["threshold"] is None and data["checks"][0]["perf"][0]["reported"]

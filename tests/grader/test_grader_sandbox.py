@@ -16,6 +16,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -187,39 +189,139 @@ def test_grade_all_refuses_without_bwrap(tmp_path, monkeypatch):
     assert code == cli.EXIT_CANNOT_GRADE and not (tmp_path / "g.csv").exists()
 
 
-def _mounts(cmd: list[str]) -> list[tuple[str, str]]:
-    """(option, target) of every mount in a bwrap command line, in order."""
+def _mounts(cmd: list[str]) -> list[tuple[str, str | None, str]]:
+    """(option, source, target) of every mount in a bwrap command line, in order."""
     out, i = [], 0
     while i < len(cmd):
         if cmd[i] in ("--tmpfs", "--dir"):
-            out.append((cmd[i], cmd[i + 1]))
+            out.append((cmd[i], None, cmd[i + 1]))
             i += 2
         elif cmd[i] in ("--ro-bind", "--bind"):
-            out.append((cmd[i], cmd[i + 2]))
+            out.append((cmd[i], cmd[i + 1], cmd[i + 2]))
             i += 3
         else:
             i += 1
     return out
 
 
-def test_submissions_inside_the_course_stay_hidden(monkeypatch):
-    """An instructor who keeps the submissions in the course's clone: the course comes back read-only, the
-    submissions under it must not (the last mount that covers them is an empty tmpfs)."""
+def _seen_inside(cmd: list[str], path: Path) -> Path | None:
+    """What `path` shows inside the sandbox, by bwrap's rule (a mount covers everything mounted below its
+    target before it): the host file it shows, or None if an empty tmpfs hides it."""
+    path = Path(os.path.realpath(path))   # the links live in visible places: they resolve the same inside
+    shown: Path | None = path
+    for option, source, target in _mounts(cmd):
+        if option == "--dir" or not path.is_relative_to(target):
+            continue
+        shown = None if option == "--tmpfs" else Path(source) / path.relative_to(target)
+    return shown
+
+
+@dataclass
+class Course:
+    """A small copy of the course (what the sandbox must show) holding a submissions directory (what it
+    must hide), reached through `path` (maybe a symbolic link)."""
+    path: Path
+    submissions: Path
+    other: Path        # another learner's notebook
+    thresholds: Path   # a file of the course
+    home: Path | None  # the home directory to pretend, when the course lives in it
+
+
+def _place_course(where: str, root: Path) -> Course:
+    """Course copies where an instructor may keep one: under /tmp, in a home directory whose name has a
+    space, and reached through a symbolic link; the submissions inside the course in each."""
+    home = None
+    if where == "tmp":
+        path = root / "v3" / "main"
+    elif where == "home with a space":
+        home = root / "instructor home"
+        path = home / "course clone"
+    else:  # "symlink": the course, and the submissions with it, named through a link to its real place
+        (root / "real").mkdir()
+        (root / "link").symlink_to(root / "real", target_is_directory=True)
+        path = root / "link" / "main"
+    (path / "grader").mkdir(parents=True)
+    (path / "minitorch").mkdir()
+    shutil.copy(THRESHOLDS, path / "grader" / "thresholds.toml")
+    submissions = path / "submissions"
+    (submissions / "other").mkdir(parents=True)
+    (submissions / "other" / "other.ipynb").write_text("secret")
+    for d in [root, *root.rglob("*")]:   # the sandbox runs as nobody when the tests run as root
+        if d.is_dir() and not d.is_symlink():
+            d.chmod(0o755)
+    return Course(path, submissions, submissions / "other" / "other.ipynb", path / "grader" / "thresholds.toml",
+                  home)
+
+
+PLACES = {"tmp": "/tmp", "home with a space": "/var/tmp", "symlink": "/var/tmp"}
+
+
+@pytest.fixture(params=list(PLACES))
+def course(request, monkeypatch):
+    """A copy of the course in each place, whatever directory this checkout was cloned into."""
+    root = Path(tempfile.mkdtemp(prefix="grader-sandbox-course-", dir=PLACES[request.param]))
+    try:
+        placed = _place_course(request.param, root)
+        monkeypatch.setenv("GRADER_ROOT", str(placed.path))
+        if placed.home is not None:
+            monkeypatch.setenv("HOME", str(placed.home))
+        yield placed
+    finally:
+        shutil.rmtree(root)
+
+
+def test_submissions_inside_the_course_stay_hidden(course, monkeypatch):
+    """An instructor who keeps the submissions in the course's clone, wherever the clone is: the course comes
+    back read-only, the submissions under it must not (the last mount covering them is an empty tmpfs)."""
     monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
-    submissions = REPO / "submissions"
-    monkeypatch.setattr(sandbox, "_hidden_dirs", lambda _: [submissions, REPO.parent])
-    cmd = sandbox.command(["true"], Path("/nonexistent-stage"), submissions, sandbox.Limits())
-    covering = [(option, target) for option, target in _mounts(cmd)
-                if submissions.is_relative_to(Path(target)) and option != "--dir"]
-    assert ("--ro-bind", str(REPO.resolve())) in covering, covering  # the course is visible
-    assert covering[-1] == ("--tmpfs", str(submissions)), covering  # and its submissions are not
+    cmd = sandbox.command(["true"], Path("/nonexistent-stage"), course.submissions, sandbox.Limits())
+    assert _seen_inside(cmd, course.other) is None, _mounts(cmd)
+    assert _seen_inside(cmd, course.submissions / "other") is None, _mounts(cmd)
+    assert _seen_inside(cmd, course.thresholds) == course.thresholds.resolve(), _mounts(cmd)
+    assert _seen_inside(cmd, Path(sys.executable)) is not None, _mounts(cmd)
+    # the stage's two directories are the sandbox's own, whatever the course's place
+    assert _seen_inside(cmd, sandbox.SUBMISSION / "x") == Path("/nonexistent-stage/submission/x")
+
+
+def test_the_issue_mount_list_no_longer_reexposes_submissions(monkeypatch):
+    """The reported mount list: the course under /tmp, /tmp's own tmpfs mounted after the submissions were
+    covered, then the course bound again with them in it. The plan, whatever the order of its inputs, ends
+    with the submissions hidden."""
+    monkeypatch.setattr(sandbox, "_needed_paths", lambda: [Path("/tmp/v3/main")])
+    monkeypatch.setattr(sandbox, "_hidden_dirs", lambda _: [Path("/tmp/v3/main/submissions"), Path("/root")])
+    monkeypatch.setattr(sandbox, "bwrap_path", lambda: "/usr/bin/bwrap")
+    cmd = sandbox.command(["true"], Path("/nonexistent-stage"), Path("/tmp/v3/main/submissions"), sandbox.Limits())
+    assert _seen_inside(cmd, Path("/tmp/v3/main/submissions/other.ipynb")) is None, _mounts(cmd)
+    assert _seen_inside(cmd, Path("/tmp/v3/main/grader/thresholds.toml")) is not None, _mounts(cmd)
+    assert _seen_inside(cmd, Path("/tmp/elsewhere")) is None, _mounts(cmd)
+
+
+def _look_inside(course: Course) -> list[str]:
+    probe = ("import os, sys\n"
+             "for p in sys.argv[1:]: print(os.path.exists(p), end=' ')\n"
+             "try:\n    open(sys.argv[-1] + '.pwned', 'w')\nexcept OSError:\n    print('read-only')\n")
+    return [sys.executable, "-c", probe, str(course.other), str(course.other.resolve()),
+            str(course.submissions / "other"), str(course.thresholds)]
 
 
 @needs_bwrap
-def test_a_submission_cannot_read_one_kept_inside_the_course(tmp_path, monkeypatch):
-    """The same, run: the course's clone in the (hidden) home directory, the submissions inside the clone; from
-    inside the sandbox the course is there and the other submission is not."""
-    monkeypatch.setenv("HOME", str(REPO.parent))  # the course's clone in the home directory
+def test_a_submission_cannot_read_one_kept_inside_the_course(course, tmp_path):
+    """The same, run: from inside the sandbox the course is there (read-only) and the other submission is not,
+    by its path or its real path, with the course under /tmp, in a home directory, or behind a link."""
+    stage = tmp_path / "stage"
+    for sub in ("submission", "workspace"):
+        (stage / sub).mkdir(parents=True)
+    cmd = sandbox.command(_look_inside(course), stage, course.submissions, sandbox.Limits())
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=sandbox.sandbox_env(os.environ))
+    assert out.stdout.split() == ["False", "False", "False", "True", "read-only"], (out.stdout, out.stderr)
+    assert not (course.path / "grader" / "thresholds.toml.pwned").exists()
+
+
+@needs_bwrap
+def test_a_submission_cannot_read_one_kept_inside_this_checkout(tmp_path, monkeypatch):
+    """And in this checkout itself, wherever CI cloned it: the clone in the (hidden) home directory, the
+    submissions inside the clone."""
+    monkeypatch.setenv("HOME", str(REPO.parent))
     submissions = Path(REPO / f".sandbox-test-{os.getpid()}")
     submissions.mkdir()
     try:
