@@ -1,22 +1,12 @@
 // cuda_bf16.h for the emulator: bfloat16 stored as its 16 bits; arithmetic in float, rounded to
-// nearest-even.
+// nearest-even (exact for +, -, * and /: float's 24 bits >= 2*8+2), fma rounded once through
+// round-to-odd (emu_fp_round.h). A NaN result is CUDA's canonical 0x7fff.
 #pragma once
 #include <string.h>
 #include <math.h>
+#include "emu_fp_round.h"
+#include "cuda_fp16.h"
 
-static inline unsigned short __emu_f2bf_bits(float f) {
-  unsigned x;
-  memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((x >> 16) | 0x40u);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return (unsigned short)(x >> 16);
-}
-static inline float __emu_bf2f_bits(unsigned short b) {
-  unsigned x = (unsigned)b << 16;
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
 struct __nv_bfloat16_raw { unsigned short x; };
 struct __attribute__((aligned(2))) __nv_bfloat16 {
   unsigned short __x;
@@ -49,7 +39,7 @@ static inline __nv_bfloat16 __hsub(__nv_bfloat16 a, __nv_bfloat16 b) { return __
 static inline __nv_bfloat16 __hmul(__nv_bfloat16 a, __nv_bfloat16 b) { return __nv_bfloat16((float)a * (float)b); }
 static inline __nv_bfloat16 __hdiv(__nv_bfloat16 a, __nv_bfloat16 b) { return __nv_bfloat16((float)a / (float)b); }
 static inline __nv_bfloat16 __hfma(__nv_bfloat16 a, __nv_bfloat16 b, __nv_bfloat16 c) {
-  return __nv_bfloat16(fmaf((float)a, (float)b, (float)c));
+  return __nv_bfloat16(__emu_fma_odd((float)a, (float)b, (float)c));
 }
 static inline __nv_bfloat16 operator+(__nv_bfloat16 a, __nv_bfloat16 b) { return __hadd(a, b); }
 static inline __nv_bfloat16 operator-(__nv_bfloat16 a, __nv_bfloat16 b) { return __hsub(a, b); }
