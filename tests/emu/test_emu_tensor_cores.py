@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from tc_kernels import CONVERT, MMA, PIPELINE, WMMA
+from tc_kernels import CONVERT, LDMATRIX, MMA, PIPELINE, PIPELINE_PRIMITIVES, WMMA
 
 from minitorch import emu
 
@@ -24,8 +24,8 @@ def line_of(src: str, text: str) -> int:
     return src[:src.index(text)].count("\n") + 1
 
 
-def run(src: str, name: str, grid: int, block: int, args: tuple, **kw: object) -> None:
-    emu.RawModule(code=src, filename=f"{name}.cu", **kw).get_function(name)((grid,), (block,), args)
+def run(src: str, name: str, grid: int, block: int, args: tuple, shared_mem: int = 0) -> None:
+    emu.RawModule(code=src, filename=f"{name}.cu").get_function(name)((grid,), (block,), args, shared_mem=shared_mem)
 
 
 # ---------------------------------------------------------------------------- references
@@ -174,6 +174,17 @@ def mma_f16(a: np.ndarray, b: np.ndarray, b_trans: int = 1) -> tuple[np.ndarray,
     return d.get(), dh.get()
 
 
+def test_ldmatrix_register_layout_is_the_ptx_isas() -> None:
+    m = RNG.integers(0, 65536, (8, 8)).astype(np.uint16)
+    out = emu.zeros(64, np.uint32)
+    run(LDMATRIX, "ldmatrix_x1", 1, 32, (emu.asarray(m), out), shared_mem=128)
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    m32 = m.astype(np.uint32)
+    np.testing.assert_array_equal(out.get()[:32], m32[g, 2 * t] | m32[g, 2 * t + 1] << 16)
+    np.testing.assert_array_equal(out.get()[32:], m32[2 * t, g] | m32[2 * t + 1, g] << 16)
+
+
 def test_mma_m16n8k16_f16_with_ldmatrix_x4_and_x2_trans() -> None:
     a, b = small_ints((16, 16), den=8), small_ints((16, 8), den=8)  # sums exact in float
     d, _ = mma_f16(a, b)
@@ -264,6 +275,13 @@ def test_cp_async_pipeline_gives_the_right_values() -> None:
     np.testing.assert_array_equal(out.get().reshape(16, 4), want)
 
 
+def test_pipeline_primitives_into_dynamic_shared_memory() -> None:
+    x = RNG.standard_normal(128).astype(np.float32)
+    out = emu.zeros(128)
+    run(PIPELINE_PRIMITIVES, "rotate", 1, 32, (emu.asarray(x), out), shared_mem=512)
+    np.testing.assert_array_equal(out.get().reshape(32, 4), x.reshape(32, 4)[(np.arange(32) + 5) % 32])
+
+
 def test_a_missing_cp_async_wait_group_is_a_race(monkeypatch: pytest.MonkeyPatch) -> None:
     x = RNG.standard_normal(256 * 4).astype(np.float32)
     out = emu.zeros(x.size)
@@ -292,13 +310,13 @@ def test_cp_async_misaligned_source_is_reported() -> None:
 def test_gpu_gives_the_emulators_bits() -> None:
     cp = pytest.importorskip("cupy")
 
-    def both(src: str, name: str, grid: int, block: int, host_args: list,
-             outs: list[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    def both(src: str, name: str, grid: int, block: int, host_args: list, outs: list[int],
+             shared_mem: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
         """Run on the emulator and the GPU; (emulator, GPU) pairs of the arrays at `outs`."""
         e_args = [emu.asarray(a) if isinstance(a, np.ndarray) else a for a in host_args]
         g_args = [cp.asarray(a) if isinstance(a, np.ndarray) else a for a in host_args]
-        emu.RawModule(code=src).get_function(name)((grid,), (block,), tuple(e_args))
-        cp.RawModule(code=src).get_function(name)((grid,), (block,), tuple(g_args))
+        emu.RawModule(code=src).get_function(name)((grid,), (block,), tuple(e_args), shared_mem=shared_mem)
+        cp.RawModule(code=src).get_function(name)((grid,), (block,), tuple(g_args), shared_mem=shared_mem)
         return [(e_args[i].get(), cp.asnumpy(g_args[i])) for i in outs]
 
     bits = float_patterns()
@@ -346,5 +364,8 @@ def test_gpu_gives_the_emulators_bits() -> None:
         np.testing.assert_array_equal(e, g)
     xs = RNG.standard_normal(64).astype(np.float32)
     for e, g in both(PIPELINE, "small_copies", 1, 16, [xs, np.zeros_like(xs)], [1]):
+        np.testing.assert_array_equal(e, g)
+    mat = RNG.integers(0, 65536, (8, 8)).astype(np.uint16)
+    for e, g in both(LDMATRIX, "ldmatrix_x1", 1, 32, [mat, np.zeros(64, np.uint32)], [1], shared_mem=128):
         np.testing.assert_array_equal(e, g)
 

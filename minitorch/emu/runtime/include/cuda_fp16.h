@@ -1,7 +1,8 @@
 // cuda_fp16.h for the emulator: __half / __half2 stored as IEEE binary16 bits. Arithmetic is done
-// in float and rounded back to nearest-even: for +, -, * and / this is exactly the GPU's correctly
+// in float and rounded back to nearest-even: for +, - and * this is exactly the GPU's correctly
 // rounded half result (float's 24 bits >= 2*11+2 make the double rounding innocuous); fma rounds
-// once through round-to-odd (emu_fp_round.h). A NaN result is CUDA's canonical 0x7fff.
+// once through round-to-odd (emu_fp_round.h). Division is correctly rounded here, where CUDA's
+// __hdiv (a reciprocal approximation) may differ in the last bit. A NaN result is 0x7fff.
 #pragma once
 #include <string.h>
 #include <math.h>
@@ -54,7 +55,8 @@ static inline __half __low2half(__half2 h) { return h.x; }
 static inline __half __high2half(__half2 h) { return h.y; }
 static inline float __low2float(__half2 h) { return (float)h.x; }
 static inline float __high2float(__half2 h) { return (float)h.y; }
-struct float2;
+static inline float2 __half22float2(__half2 h) { return float2{(float)h.x, (float)h.y}; }
+static inline __half2 __float22half2_rn(float2 f) { return __half2(__half(f.x), __half(f.y)); }
 static inline __half2 __lows2half2(__half2 a, __half2 b) { return __half2(a.x, b.x); }
 static inline __half2 __highs2half2(__half2 a, __half2 b) { return __half2(a.y, b.y); }
 
