@@ -250,3 +250,32 @@ extern "C" __global__ void rotate(const float* in, float* out) {
     for (int i = 0; i < 4; ++i) out[4 * tid + i] = s[4 * ((tid + 5) % 32) + i];
 }
 """
+
+# ---- the forms inline PTX takes in real kernels ---------------------------------------------------
+PTX_FORMS = r"""
+// a macro spanning lines; a { .reg ... } block (CUTLASS's shared-address idiom); symbolic operand
+// names; an input tied to an output ("0")
+#define CP_ASYNC_CG(dst, src) \
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" \
+                 :: "r"(dst), "l"(src))
+
+extern "C" __global__ void forms(const float* in, float* out) {
+    __shared__ __align__(16) float s[128];
+    unsigned base;
+    asm volatile("{\n"
+                 "  .reg .u64 p;\n"
+                 "  cvta.to.shared.u64 p, %1;\n"
+                 "  cvt.u32.u64 %0, p;\n"
+                 "}\n"
+                 : "=r"(base) : "l"(s));
+    CP_ASYNC_CG(base + 16 * threadIdx.x, in + 4 * threadIdx.x);
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    __syncthreads();
+    float v = s[(4 * threadIdx.x + 7) % 128], w;
+    asm("mov.b32 %[w], %[v];" : [w] "=f"(w) : [v] "f"(v));
+    unsigned t;
+    asm("mov.u32 %0, %0;" : "=r"(t) : "0"(threadIdx.x));
+    out[threadIdx.x] = w + t;
+}
+"""
