@@ -4,12 +4,14 @@
 // Shared-window addresses. On a GPU, __cvta_generic_to_shared gives a 32-bit offset in the
 // block's shared window, which ldmatrix and cp.async take. Here shared memory is the module's
 // thread-local block (static __shared__) or the dynamic arena, so a 32-bit address names one of the
-// two by its top bit, relative to a 64 KB-aligned base: the low 16 bits of the address equal the
-// pointer's, so alignment and swizzles computed on addresses behave as on a GPU.
+// two by its top bit. Static: relative to a 64 KB-aligned base, so the low 16 bits of the address
+// are the pointer's (thread-local variables keep their __align__). Dynamic: relative to the start
+// of extern __shared__ memory, which is at window offset 0 (1024-aligned, as on a GPU without
+// static shared memory), so swizzles computed on addresses stay inside the buffer.
 static const unsigned SHWIN_STATIC = 0x40000000u, SHWIN_DYN = 0x80000000u;
 
 static uintptr_t shwin_static_base(Worker* w) { return (uintptr_t)w->tls_anchor & ~(uintptr_t)0xffff; }
-static uintptr_t shwin_dyn_base(Worker* w) { return (uintptr_t)w->dyn_lo & ~(uintptr_t)0xffff; }
+static uintptr_t shwin_dyn_base(Worker* w) { return (uintptr_t)w->dyn_lo; }
 
 static bool in_static_shared(Worker* w, uintptr_t a, size_t n) {
   uintptr_t lo = (uintptr_t)w->tls_anchor + w->L->tls_lo_rel, hi = (uintptr_t)w->tls_anchor + w->L->tls_hi_rel;
