@@ -184,8 +184,9 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N) : "memory"); }
 
 // out = each 256-float tile of in, reversed. Tile t+STAGES-1 is in flight while tile t is read;
-// wait = 0 forgets cp.async.wait_group (a race: the copy may not have landed).
-extern "C" __global__ void reverse_tiles(const float* in, float* out, int ntiles, int wait) {
+// wait = 0 forgets cp.async.wait_group (a race: the copy may not have landed); barrier = 0 forgets
+// the __syncthreads() after it (a race: other threads' copies landed at their own waits).
+extern "C" __global__ void reverse_tiles(const float* in, float* out, int ntiles, int wait, int barrier) {
     __shared__ __align__(16) float buf[STAGES][TILE];
     int tid = threadIdx.x;
     for (int s = 0; s < STAGES - 1; ++s) {
@@ -197,7 +198,7 @@ extern "C" __global__ void reverse_tiles(const float* in, float* out, int ntiles
         if (next < ntiles) cp_async16(&buf[next % STAGES][4 * tid], in + next * TILE + 4 * tid);
         cp_async_commit();
         if (wait) cp_async_wait<STAGES - 1>();  // all but the STAGES-1 newest groups: tile t has landed
-        __syncthreads();
+        if (barrier) __syncthreads();
         for (int i = tid; i < TILE; i += blockDim.x) out[t * TILE + i] = buf[t % STAGES][TILE - 1 - i];
         __syncthreads();
     }

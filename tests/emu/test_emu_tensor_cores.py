@@ -117,7 +117,8 @@ def test_float_to_half_and_bfloat16_round_to_nearest_even_on_every_class_of_patt
     bad = np.flatnonzero(got_b != ref_b)
     assert bad.size == 0, [(hex(bits[i]), hex(got_b[i]), hex(ref_b[i])) for i in bad[:8]]
     # back to float: exact
-    np.testing.assert_array_equal(hb.get()[~nan].view(np.uint32), ref_h[~nan].view(np.float16).astype(np.float32).view(np.uint32))
+    widened = ref_h[~nan].view(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(hb.get()[~nan].view(np.uint32), widened.view(np.uint32))
     np.testing.assert_array_equal(bb.get().view(np.uint32), ref_b.astype(np.uint32) << 16)
     # the classes are all there
     assert nan.sum() > 10 and np.isinf(x).sum() >= 2 and ((bits & 0x7F800000) == 0).sum() > 100
@@ -226,7 +227,13 @@ def test_tensor_core_misuse_is_reported() -> None:
     with pytest.raises(emu.KernelFault, match=r"all 32 lanes of the warp.*0x0000ffff"):
         run(MMA, "mma_f16", 1, 16, (emu.zeros((16, 16), np.float16), emu.zeros((16, 8), np.float16),
                                     emu.zeros((16, 8)), emu.zeros((16, 8), np.float16), np.int32(1)))
-    src = 'extern "C" __global__ void k(float* x) {\n    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0}, {%0}, {%0}, {%0};" : "+f"(x[0]));\n}\n'
+    # wmma on a pointer that is not 256-bit aligned
+    with pytest.raises(emu.KernelFault, match=r"wmma::load_matrix_sync: misaligned address .* at wmma_gemm\.cu:"):
+        run(WMMA.replace("A + tm * 16 * K + k", "A + tm * 16 * K + k + 8"), "wmma_gemm", 1, 32,
+            (emu.zeros((16, 32), np.float16), emu.zeros((32, 16), np.float16), emu.zeros((16, 16)),
+             np.int32(16), np.int32(16), np.int32(16)))
+    src = ('extern "C" __global__ void k(float* x) {\n    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 '
+           '{%0}, {%0}, {%0}, {%0};" : "+f"(x[0]));\n}\n')
     with pytest.raises(emu.CompileError, match=r"k\.cu:2:5: error: inline PTX `mma\.sync\.aligned\.m16n8k8"):
         emu.RawModule(code=src, filename="k.cu")
 
@@ -265,7 +272,7 @@ def test_wmma_through_shared_memory_and_its_missing_barrier(monkeypatch: pytest.
 def test_cp_async_pipeline_gives_the_right_values() -> None:
     x = RNG.standard_normal(256 * 7).astype(np.float32)
     out = emu.zeros(x.size)
-    run(PIPELINE, "reverse_tiles", 1, 64, (emu.asarray(x), out, np.int32(7), np.int32(1)))
+    run(PIPELINE, "reverse_tiles", 1, 64, (emu.asarray(x), out, np.int32(7), np.int32(1), np.int32(1)))
     np.testing.assert_array_equal(out.get(), x.reshape(7, 256)[:, ::-1].ravel())
     x = RNG.standard_normal(64).astype(np.float32)
     out = emu.zeros(64)
@@ -285,24 +292,30 @@ def test_pipeline_primitives_into_dynamic_shared_memory() -> None:
 def test_a_missing_cp_async_wait_group_is_a_race(monkeypatch: pytest.MonkeyPatch) -> None:
     x = RNG.standard_normal(256 * 4).astype(np.float32)
     out = emu.zeros(x.size)
-    run(PIPELINE, "reverse_tiles", 1, 64, (emu.asarray(x), out, np.int32(4), np.int32(0)))
+    run(PIPELINE, "reverse_tiles", 1, 64, (emu.asarray(x), out, np.int32(4), np.int32(0), np.int32(1)))
     assert not np.array_equal(out.get(), x.reshape(4, 256)[:, ::-1].ravel())  # the copies had not landed
     monkeypatch.setenv("MINITORCH_EMU_CHECK", "1")
-    run(PIPELINE, "reverse_tiles", 1, 64, (emu.asarray(x), out, np.int32(4), np.int32(1)))  # with the wait: clean
+    # with the wait and the barrier: clean
+    run(PIPELINE, "reverse_tiles", 1, 64, (emu.asarray(x), out, np.int32(4), np.int32(1), np.int32(1)))
     with pytest.raises(emu.KernelFault) as ei:
-        run(PIPELINE, "reverse_tiles", 1, 64, (emu.asarray(x), out, np.int32(4), np.int32(0)))
+        run(PIPELINE, "reverse_tiles", 1, 64, (emu.asarray(x), out, np.int32(4), np.int32(0), np.int32(1)))
     msg = str(ei.value)
     read, issue = line_of(PIPELINE, "out[t * TILE + i] ="), line_of(PIPELINE, "cp.async.cg.shared.global")
     assert "cp.async race on `buf`" in msg and f"at reverse_tiles.cu:{read} while" in msg, msg
     assert f"cp.async at reverse_tiles.cu:{issue} may still" in msg
     assert "cp.async.wait_group" in msg
+    # waited, but no barrier before reading the other threads' copies: an ordinary shared-memory race
+    with pytest.raises(emu.KernelFault, match=r"race \(read-after-write\) on `buf`.*add __syncthreads\(\) between "
+                       rf"line {line_of(PIPELINE, 'cp.async.wait_group')} and line {read}"):
+        run(PIPELINE, "reverse_tiles", 1, 64, (emu.asarray(x), out, np.int32(4), np.int32(1), np.int32(0)))
 
 
 def test_cp_async_misaligned_source_is_reported() -> None:
     src = PIPELINE.replace("in + s * TILE + 4 * tid", "in + s * TILE + 4 * tid + 1")
     line = line_of(PIPELINE, "cp.async.cg.shared.global")
-    with pytest.raises(emu.KernelFault, match=rf"misaligned address: cp\.async of 16 bytes .* at reverse_tiles\.cu:{line}"):
-        run(src, "reverse_tiles", 1, 64, (emu.zeros(512), emu.zeros(512), np.int32(2), np.int32(1)))
+    with pytest.raises(emu.KernelFault,
+                       match=rf"misaligned address: cp\.async of 16 bytes .* at reverse_tiles\.cu:{line}"):
+        run(src, "reverse_tiles", 1, 64, (emu.zeros(512), emu.zeros(512), np.int32(2), np.int32(1), np.int32(1)))
 
 
 # ---------------------------------------------------------------------------- inline PTX forms
@@ -382,7 +395,8 @@ def test_gpu_gives_the_emulators_bits() -> None:
                                                   np.int32(mm), np.int32(nn), np.int32(kk)], [2]):
         np.testing.assert_array_equal(e, g)
     xs = RNG.standard_normal(256 * 7).astype(np.float32)
-    for e, g in both(PIPELINE, "reverse_tiles", 1, 64, [xs, np.zeros_like(xs), np.int32(7), np.int32(1)], [1]):
+    one = np.int32(1)
+    for e, g in both(PIPELINE, "reverse_tiles", 1, 64, [xs, np.zeros_like(xs), np.int32(7), one, one], [1]):
         np.testing.assert_array_equal(e, g)
     xs = RNG.standard_normal(64).astype(np.float32)
     for e, g in both(PIPELINE, "small_copies", 1, 16, [xs, np.zeros_like(xs)], [1]):

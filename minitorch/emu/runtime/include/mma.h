@@ -50,16 +50,31 @@ struct fragment {
   T x[num_elements];
 };
 
+// CUDA's requirements on the memory operand: a 256-bit aligned pointer, ldm a multiple of 16 bytes.
+template <class T>
+__EMU_AI void __emu_wmma_check(const T* p, unsigned ldm, const char* what, const char* f, int l) {
+  if ((uintptr_t)p % 32 || (ldm * sizeof(T)) % 16) {
+    char msg[300];
+    snprintf(msg, sizeof msg,
+             "%s: %s (pointer %p, ldm %u): the pointer must be 32-byte (256-bit) aligned and ldm a multiple of "
+             "16 bytes (%u elements)", what, (uintptr_t)p % 32 ? "misaligned address" : "bad leading dimension",
+             (const void*)p, ldm, (unsigned)(16 / sizeof(T)));
+    emu_rt_trap(__emu_w, msg, f, l);
+  }
+}
+
 template <class Use, int m, int n, int k, class T, class Layout, class V>
 __EMU_AI void fill_fragment(fragment<Use, m, n, k, T, Layout>& a, const V& v) {
   for (int e = 0; e < fragment<Use, m, n, k, T, Layout>::num_elements; e++) a.x[e] = T(v);
 }
 
 template <class Use, int m, int n, int k, class T, class Layout>
-__EMU_AI void load_matrix_sync(fragment<Use, m, n, k, T, Layout>& a, const T* p, unsigned ldm) {
+__EMU_AI void load_matrix_sync(fragment<Use, m, n, k, T, Layout>& a, const T* p, unsigned ldm,
+                                const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
   static_assert(!std::is_same<Layout, void>::value,
                 "wmma::load_matrix_sync of an accumulator takes the memory layout: (frag, ptr, ldm, mem_row_major)");
   typedef fragment<Use, m, n, k, T, Layout> F;
+  __emu_wmma_check(p, ldm, "wmma::load_matrix_sync", f, l);
   unsigned lane = __emu_w->tid_linear % 32;
   for (int e = 0; e < F::num_elements; e++) {
     unsigned f = 32u * e + lane, r = f / F::cols, c = f % F::cols;
@@ -67,8 +82,10 @@ __EMU_AI void load_matrix_sync(fragment<Use, m, n, k, T, Layout>& a, const T* p,
   }
 }
 template <int m, int n, int k, class T>
-__EMU_AI void load_matrix_sync(fragment<accumulator, m, n, k, T>& a, const T* p, unsigned ldm, layout_t layout) {
+__EMU_AI void load_matrix_sync(fragment<accumulator, m, n, k, T>& a, const T* p, unsigned ldm, layout_t layout,
+                                const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
   typedef fragment<accumulator, m, n, k, T> F;
+  __emu_wmma_check(p, ldm, "wmma::load_matrix_sync", f, l);
   unsigned lane = __emu_w->tid_linear % 32;
   for (int e = 0; e < F::num_elements; e++) {
     unsigned f = 32u * e + lane, r = f / F::cols, c = f % F::cols;
@@ -76,8 +93,10 @@ __EMU_AI void load_matrix_sync(fragment<accumulator, m, n, k, T>& a, const T* p,
   }
 }
 template <int m, int n, int k, class T>
-__EMU_AI void store_matrix_sync(T* p, const fragment<accumulator, m, n, k, T>& a, unsigned ldm, layout_t layout) {
+__EMU_AI void store_matrix_sync(T* p, const fragment<accumulator, m, n, k, T>& a, unsigned ldm, layout_t layout,
+                                 const char* f = __builtin_FILE(), int l = __builtin_LINE()) {
   typedef fragment<accumulator, m, n, k, T> F;
+  __emu_wmma_check((const T*)p, ldm, "wmma::store_matrix_sync", f, l);
   unsigned lane = __emu_w->tid_linear % 32;
   for (int e = 0; e < F::num_elements; e++) {
     unsigned f = 32u * e + lane, r = f / F::cols, c = f % F::cols;
