@@ -297,9 +297,10 @@ SYNC_TOKENS = {
 }
 
 _UNSUPPORTED = [
-    (r"\bcuda\s*::\s*memcpy_async\b|#\s*include\s*<cuda/pipeline>|#\s*include\s*<cuda_awbarrier\.h>",
+    (r"\bcuda\s*::\s*memcpy_async\b|#\s*include\s*<cuda/pipeline>",
      "`cuda::memcpy_async` / `cuda::pipeline` (libcu++ asynchronous copies; the emulator runs `cp.async` and "
      "the `__pipeline_*` primitives)"),
+    (r"#\s*include\s*<cuda_awbarrier\.h>|\b__mbarrier\w*", "asynchronous barriers (`cuda_awbarrier.h`, mbarrier)"),
     (r"\bthis_grid\s*\(|\bgrid_group\b|\bcudaLaunchCooperativeKernel\b", "grid-wide cooperative groups"),
     (r"<<<", "dynamic parallelism (a kernel launch inside device code)"),
     (r"\btex[123]D\w*\s*[<(]|\btex1Dfetch\b|\btexture\s*<|\bcudaTextureObject_t\b|\bsurf[123]D\w*\b|"
