@@ -120,6 +120,22 @@ extern "C" __global__ void mma_bf16(const __nv_bfloat16* At, const __nv_bfloat16
     D[(g + 8) * 8 + 2 * t] = d[2];
     D[(g + 8) * 8 + 2 * t + 1] = d[3];
 }
+
+// ---- ldmatrix alone, from dynamic shared memory: the register layout itself
+// One 8x8 matrix of 16-bit values M (row-major) in extern __shared__ memory; lane l gives the
+// address of row l % 8 (x1 reads rows from lanes 0-7 only). out[l] = lane l's register, out[32 + l]
+// the same with .trans.
+extern "C" __global__ void ldmatrix_x1(const unsigned short* M, unsigned* out) {
+    extern __shared__ __align__(16) unsigned short tile[];
+    for (int i = threadIdx.x; i < 64; i += 32) tile[i] = M[i];
+    __syncthreads();
+    unsigned addr = (unsigned)__cvta_generic_to_shared(&tile[8 * (threadIdx.x % 8)]);
+    unsigned r, rt;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r) : "r"(addr));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(rt) : "r"(addr));
+    out[threadIdx.x] = r;
+    out[32 + threadIdx.x] = rt;
+}
 """
 
 # ---- WMMA: one warp per 16x16 tile of C (rung 1) ---------------------------------------------------
@@ -217,43 +233,8 @@ extern "C" __global__ void small_copies(const float* in, float* out) {
     __syncthreads();
     for (int i = 0; i < 4; ++i) out[4 * tid + i] = s[4 * ((tid + 1) % 16) + i];
 }
-"""
 
-# ---- ldmatrix alone, from dynamic shared memory: the register layout itself ----------------------
-LDMATRIX = r"""
-// One 8x8 matrix of 16-bit values M (row-major) in extern __shared__ memory; lane l gives the
-// address of row l % 8 (x1 reads rows from lanes 0-7 only). out[l] = lane l's register, out[32 + l]
-// the same with .trans.
-extern "C" __global__ void ldmatrix_x1(const unsigned short* M, unsigned* out) {
-    extern __shared__ __align__(16) unsigned short tile[];
-    for (int i = threadIdx.x; i < 64; i += 32) tile[i] = M[i];
-    __syncthreads();
-    unsigned addr = (unsigned)__cvta_generic_to_shared(&tile[8 * (threadIdx.x % 8)]);
-    unsigned r, rt;
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n" : "=r"(r) : "r"(addr));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n" : "=r"(rt) : "r"(addr));
-    out[threadIdx.x] = r;
-    out[32 + threadIdx.x] = rt;
-}
-"""
-
-# ---- the __pipeline_* primitives of <cuda_pipeline.h> (cp.async underneath) ----------------------
-PIPELINE_PRIMITIVES = r"""
-#include <cuda_pipeline.h>
-// out = in with each thread's 16 bytes taken from thread (tid + 5) % 32, through dynamic shared memory
-extern "C" __global__ void rotate(const float* in, float* out) {
-    extern __shared__ __align__(16) float s[];
-    int tid = threadIdx.x;
-    __pipeline_memcpy_async(&s[4 * tid], &in[4 * tid], 16);
-    __pipeline_commit();
-    __pipeline_wait_prior(0);
-    __syncthreads();
-    for (int i = 0; i < 4; ++i) out[4 * tid + i] = s[4 * ((tid + 5) % 32) + i];
-}
-"""
-
-# ---- the forms inline PTX takes in real kernels ---------------------------------------------------
-PTX_FORMS = r"""
+// ---- the forms inline PTX takes in real kernels
 // a macro spanning lines; a { .reg ... } block (CUTLASS's shared-address idiom); symbolic operand
 // names; an input tied to an output ("0")
 #define CP_ASYNC_CG(dst, src) \
@@ -278,5 +259,21 @@ extern "C" __global__ void forms(const float* in, float* out) {
     unsigned t;
     asm("mov.u32 %0, %0;" : "=r"(t) : "0"(threadIdx.x));
     out[threadIdx.x] = w + t;
+}
+"""
+
+
+# ---- the __pipeline_* primitives of <cuda_pipeline.h> (cp.async underneath) ----------------------
+PIPELINE_PRIMITIVES = r"""
+#include <cuda_pipeline.h>
+// out = in with each thread's 16 bytes taken from thread (tid + 5) % 32, through dynamic shared memory
+extern "C" __global__ void rotate(const float* in, float* out) {
+    extern __shared__ __align__(16) float s[];
+    int tid = threadIdx.x;
+    __pipeline_memcpy_async(&s[4 * tid], &in[4 * tid], 16);
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    for (int i = 0; i < 4; ++i) out[4 * tid + i] = s[4 * ((tid + 5) % 32) + i];
 }
 """

@@ -13,7 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from tc_kernels import CONVERT, LDMATRIX, MMA, PIPELINE, PIPELINE_PRIMITIVES, PTX_FORMS, WMMA
+from tc_kernels import CONVERT, MMA, PIPELINE, PIPELINE_PRIMITIVES, WMMA
 
 from minitorch import emu
 
@@ -178,7 +178,7 @@ def mma_f16(a: np.ndarray, b: np.ndarray, b_trans: int = 1) -> tuple[np.ndarray,
 def test_ldmatrix_register_layout_is_the_ptx_isas() -> None:
     m = RNG.integers(0, 65536, (8, 8)).astype(np.uint16)
     out = emu.zeros(64, np.uint32)
-    run(LDMATRIX, "ldmatrix_x1", 1, 32, (emu.asarray(m), out), shared_mem=128)
+    run(MMA, "ldmatrix_x1", 1, 32, (emu.asarray(m), out), shared_mem=128)
     lane = np.arange(32)
     g, t = lane // 4, lane % 4
     m32 = m.astype(np.uint32)
@@ -322,19 +322,19 @@ def test_cp_async_misaligned_source_is_reported() -> None:
 def test_inline_ptx_forms_of_real_kernels() -> None:
     x = RNG.standard_normal(128).astype(np.float32)
     out = emu.zeros(32)
-    run(PTX_FORMS, "forms", 1, 32, (emu.asarray(x), out))
+    run(PIPELINE, "forms", 1, 32, (emu.asarray(x), out))
     lane = np.arange(32)
     np.testing.assert_array_equal(out.get(), x[(4 * lane + 7) % 128] + lane.astype(np.float32))
 
 
 def test_lines_after_a_multiline_asm_keep_their_numbers() -> None:
-    src = PTX_FORMS.replace("out[threadIdx.x] = w + t;", "out[threadIdx.x] = w + t + missing;")
+    src = PIPELINE.replace("out[threadIdx.x] = w + t;", "out[threadIdx.x] = w + t + missing;")
     with pytest.raises(emu.CompileError) as ei:
         emu.RawModule(code=src, filename="forms.cu")
     line = line_of(src, "missing;")
     assert f"forms.cu:{line}:" in str(ei.value), str(ei.value)
-    src = PTX_FORMS.replace("cvt.u32.u64 %0, p;", "cvt.rn.f16.f32 %0, p;")
-    assert src != PTX_FORMS
+    src = PIPELINE.replace("cvt.u32.u64 %0, p;", "cvt.rn.f16.f32 %0, p;")
+    assert src != PIPELINE
     at = line_of(src, 'asm volatile("{')
     with pytest.raises(emu.CompileError, match=rf"forms\.cu:{at}:5: error: inline PTX `cvt\.rn\.f16\.f32` is not"):
         emu.RawModule(code=src, filename="forms.cu")
@@ -401,10 +401,10 @@ def test_gpu_gives_the_emulators_bits() -> None:
     xs = RNG.standard_normal(64).astype(np.float32)
     for e, g in both(PIPELINE, "small_copies", 1, 16, [xs, np.zeros_like(xs)], [1]):
         np.testing.assert_array_equal(e, g)
-    for e, g in both(PTX_FORMS, "forms", 1, 32, [RNG.standard_normal(128).astype(np.float32),
+    for e, g in both(PIPELINE, "forms", 1, 32, [RNG.standard_normal(128).astype(np.float32),
                                                   np.zeros(32, np.float32)], [1]):
         np.testing.assert_array_equal(e, g)
     mat = RNG.integers(0, 65536, (8, 8)).astype(np.uint16)
-    for e, g in both(LDMATRIX, "ldmatrix_x1", 1, 32, [mat, np.zeros(64, np.uint32)], [1], shared_mem=128):
+    for e, g in both(MMA, "ldmatrix_x1", 1, 32, [mat, np.zeros(64, np.uint32)], [1], shared_mem=128):
         np.testing.assert_array_equal(e, g)
 
