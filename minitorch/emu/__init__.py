@@ -35,8 +35,9 @@ Public API (as CuPy's, so the same lab code runs on both):
   owner)`` inside a block from ``malloc``; ``None``: one buffer per array, the default),
   ``blocks_in_use()``. A block backs one live array at a time, else ``AllocatorError``.
 - Errors: ``CompileError`` (compiler output with the learner's file name and line numbers;
-  unsupported features such as inline PTX ``asm``, ``wmma``, ``cp.async``, grid-wide cooperative
-  groups, dynamic parallelism and textures are reported as needing an NVIDIA GPU),
+  unsupported features such as inline PTX other than the tensor-core lab's (mma.sync, ldmatrix,
+  cp.async), grid-wide cooperative groups, dynamic parallelism and textures are reported as needing
+  an NVIDIA GPU),
   ``LaunchError`` (CUDA error names, e.g. ``cudaErrorInvalidConfiguration``), ``KernelFault``
   (memory fault, assert, abort, trap, integer division by zero, barrier divergence, check-mode
   findings; attributes ``kernel block thread argument offset nbytes file line kind findings``),

@@ -1,8 +1,8 @@
 """Compiling CUDA C for the CPU: source scanning, code generation, the compile cache.
 
-The learner's source is compiled *unmodified* (one exception: ``extern __shared__`` declarations
-are rewritten on the same line) with ``runtime/prelude.h`` force-included, so compiler messages
-carry the learner's file name and line numbers. Launch thunks are generated in a wrapper file that
+The learner's source is compiled *unmodified* (two exceptions, each rewritten on the same line:
+``extern __shared__`` declarations, and inline PTX ``asm`` statements, see ``inline_ptx.py``) with
+``runtime/prelude.h`` force-included, so compiler messages carry the learner's file name and line numbers. Launch thunks are generated in a wrapper file that
 ``#include``s the source; C++ template deduction in the thunks gives each kernel's parameter types.
 """
 
@@ -19,6 +19,8 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .inline_ptx import PtxError, rewrite_inline_ptx
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 INCLUDE_DIR = RUNTIME_DIR / "include"
@@ -90,6 +92,7 @@ def runtime_digest() -> str:
             h.update(str(p.relative_to(RUNTIME_DIR)).encode())
             h.update(p.read_bytes())
         h.update(Path(__file__).read_bytes())  # how modules are built is part of the key too
+        h.update((Path(__file__).parent / "inline_ptx.py").read_bytes())
         _runtime_digest["d"] = h.hexdigest()
     return _runtime_digest["d"]
 
@@ -290,14 +293,14 @@ SYNC_TOKENS = {
     "__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or", "__syncwarp",
     "__shfl_sync", "__shfl_up_sync", "__shfl_down_sync", "__shfl_xor_sync", "__ballot_sync", "__any_sync",
     "__all_sync", "__match_any_sync", "__match_all_sync", "__activemask", "this_thread_block", "tiled_partition",
-    "sync",
+    "sync", "mma_sync", "__emu_ldmatrix", "__emu_mma_m16n8k16_f32", "__emu_mma_m16n8k16_f16",
 }
 
 _UNSUPPORTED = [
-    (r"\b(asm|__asm__|__asm)\b\s*(volatile|__volatile__)?\s*\(", "inline PTX `asm`"),
-    (r"\bnvcuda\s*::\s*wmma\b|\bwmma\s*::|#\s*include\s*<mma\.h>|\bmma_sync\b", "tensor-core `wmma`/`mma`"),
-    (r"\b__pipeline_memcpy_async\b|\bcuda\s*::\s*memcpy_async\b|\b__pipeline_commit\b|\bcp_async\w*\b|"
-     r"#\s*include\s*<cuda_pipeline\.h>|#\s*include\s*<cuda/pipeline>", "`cp.async` (asynchronous copies)"),
+    (r"\bcuda\s*::\s*memcpy_async\b|#\s*include\s*<cuda/pipeline>",
+     "`cuda::memcpy_async` / `cuda::pipeline` (libcu++ asynchronous copies; the emulator runs `cp.async` and "
+     "the `__pipeline_*` primitives)"),
+    (r"#\s*include\s*<cuda_awbarrier\.h>|\b__mbarrier\w*", "asynchronous barriers (`cuda_awbarrier.h`, mbarrier)"),
     (r"\bthis_grid\s*\(|\bgrid_group\b|\bcudaLaunchCooperativeKernel\b", "grid-wide cooperative groups"),
     (r"<<<", "dynamic parallelism (a kernel launch inside device code)"),
     (r"\btex[123]D\w*\s*[<(]|\btex1Dfetch\b|\btexture\s*<|\bcudaTextureObject_t\b|\bsurf[123]D\w*\b|"
@@ -367,6 +370,11 @@ def _in_function(s: str, pos: int) -> bool:
 def scan_source(src: str, filename: str) -> SourceInfo:
     stripped = strip_source(src)
     check_unsupported(src, stripped, filename)
+    try:
+        src = rewrite_inline_ptx(src, stripped, filename)
+    except PtxError as e:
+        raise CompileError(str(e)) from None
+    stripped = strip_source(src)
     text, dyn_names = _rewrite_extern_shared(src, stripped)
     globals_ = find_functions(stripped, "__global__")
     devices = find_functions(stripped, "__device__")

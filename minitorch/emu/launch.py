@@ -659,7 +659,7 @@ def _fault(k: Kernel, loaded: _Loaded, res: rt.EmuResult, arrays: list[tuple[int
 
 
 _KIND = {rt.F_RAW: "read-after-write", rt.F_WAR: "write-after-read", rt.F_WAW: "write-after-write",
-         rt.F_UNINIT: "uninitialised-read"}
+         rt.F_UNINIT: "uninitialised-read", rt.F_ASYNC: "cp.async-in-flight"}
 
 
 def _findings(k: Kernel, loaded: _Loaded, res: rt.EmuResult) -> KernelFault:
@@ -687,6 +687,12 @@ def _findings(k: Kernel, loaded: _Loaded, res: rt.EmuResult) -> KernelFault:
             text = (f"uninitialised shared memory read: thread {t2} of block {b} reads `{var}` (byte {off}) at {at2}, "
                     "but no thread of the block has written it since the block started (shared memory starts "
                     "with garbage on a GPU)")
+        elif f.kind == rt.F_ASYNC:
+            who = "its own" if _s(f.t1) == _s(f.t2) else f"thread {t1}'s"
+            text = (f"cp.async race on `{var}` (byte {off}) in block {b}: thread {t2} accesses it at {at2} while "
+                    f"{who} cp.async at {at1} may still be writing it: the copy lands only at the issuing thread's "
+                    "cp.async.wait_group / wait_all (__pipeline_wait_prior) that covers its commit group; wait "
+                    "for it, then __syncthreads() before other threads read the data")
         elif f.kind == rt.F_RAW:
             text = (f"shared-memory race (read-after-write) on `{var}` (byte {off}) in block {b}: thread {t2} reads it "
                     f"at {at2} after thread {t1} wrote it at {at1}, with no __syncthreads() in between: add "

@@ -63,7 +63,7 @@ class EmuLaunch(ctypes.Structure):
 # EmuResult.kind
 OK, SIGNAL, ASSERT, TRAP, BARRIER, STACK, DYNSMEM, OOB, WARP, INTERNAL, SHARED_OOB, STOP = range(12)
 # EmuFinding.kind
-F_RAW, F_WAR, F_WAW, F_UNINIT = 1, 2, 3, 4
+F_RAW, F_WAR, F_WAW, F_UNINIT, F_ASYNC = 1, 2, 3, 4, 5
 
 
 def lib() -> ctypes.CDLL:

@@ -668,9 +668,9 @@ def test_compile_errors_carry_the_learners_file_and_line() -> None:
 
 
 @pytest.mark.parametrize(("snippet", "what"), [
-    ('int v; asm volatile("mov.u32 %0, %%laneid;" : "=r"(v)); x[0] = v;', "asm"),
-    ("nvcuda::wmma::fragment<int, 16, 16, 16, float> f;", "wmma"),
-    ("__pipeline_memcpy_async(x, x + 1, 4);", "cp.async"),
+    ('int v; asm volatile("mov.u32 %0, %%laneid;" : "=r"(v)); x[0] = v;', "%laneid"),
+    ('asm volatile("bar.sync 0;");', "inline PTX `bar.sync`"),
+    ("cuda::memcpy_async(x, x + 1, 4, pipe);", "cuda::memcpy_async"),
     ("auto g = cooperative_groups::this_grid(); g.sync();", "grid-wide cooperative groups"),
     ("child<<<1, 1>>>(x);", "dynamic parallelism"),
     ("x[0] = tex1Dfetch<float>(t, 0);", "textures"),

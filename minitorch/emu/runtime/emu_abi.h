@@ -48,7 +48,8 @@ enum {
   EMU_ERR_STOP = 11,        // interrupted (extra 1: SIGINT) or timed out (extra 2)
 };
 
-enum { EMU_F_RAW = 1, EMU_F_WAR = 2, EMU_F_WAW = 3, EMU_F_UNINIT = 4 };
+enum { EMU_F_RAW = 1, EMU_F_WAR = 2, EMU_F_WAW = 3, EMU_F_UNINIT = 4,
+       EMU_F_ASYNC = 5 };  // EMU_F_ASYNC: an access to shared memory that a cp.async may still be writing
 
 struct EmuFinding {
   int kind;
@@ -119,7 +120,11 @@ struct EmuLaunch {
 enum {
   EMU_W_SYNCWARP = 0, EMU_W_SHFL = 1, EMU_W_SHFL_UP = 2, EMU_W_SHFL_DOWN = 3, EMU_W_SHFL_XOR = 4,
   EMU_W_BALLOT = 5, EMU_W_ANY = 6, EMU_W_ALL = 7, EMU_W_MATCH_ANY = 8, EMU_W_MATCH_ALL = 9,
+  // Collectives (emu_ptx.h, mma.h): each lane's value is a pointer to its record, whose first member
+  // is an EmuCollective; the last lane to arrive calls it once with every lane's record.
+  EMU_W_COLLECTIVE = 16, EMU_W_MMA = 16, EMU_W_LDMATRIX = 17, EMU_W_WMMA_MMA = 18,
 };
+typedef void (*EmuCollective)(void* const* lanes, unsigned int members);
 
 #ifdef __cplusplus
 extern "C" {
@@ -133,6 +138,13 @@ int emu_rt_vprintf(EmuCtx* c, const char* fmt, va_list ap);
 __attribute__((noreturn)) void emu_rt_assert_fail(EmuCtx* c, const char* expr, const char* file,
                                                   unsigned int line, const char* func);
 __attribute__((noreturn)) void emu_rt_trap(EmuCtx* c, const char* what, const char* file, int line);
+// Shared-window (32-bit) addresses and cp.async (runtime/emu_async_rt.h).
+unsigned int emu_rt_cvta_shared(EmuCtx* c, const void* p, const char* file, int line);
+void* emu_rt_shared_ptr(EmuCtx* c, unsigned int addr, unsigned int n, unsigned int align, const char* what,
+                        const char* file, int line);
+void emu_rt_cp_async(EmuCtx* c, unsigned int dst, const void* data, unsigned int n, const char* file, int line);
+void emu_rt_cp_async_commit(EmuCtx* c);
+void emu_rt_cp_async_wait(EmuCtx* c, int keep, const char* file, int line);
 #ifdef __cplusplus
 }
 #endif

@@ -50,7 +50,15 @@ static constexpr int warpSize = 32;
 #define __host__
 #define __constant__
 #define __managed__
-#define __shared__ thread_local  // block-scope thread_local is static storage; `static __shared__` also works
+// Block-scope thread_local is static storage; `static __shared__` also works. g++ guards a
+// thread_local array of a class type (__half, float2, ...) with a hidden flag, read at the
+// declaration, which check mode would see as an access outside every __shared__ variable:
+// __constinit (shared variables take no initializer in CUDA either) makes it static, flag-free.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 10
+#define __shared__ __constinit thread_local
+#else
+#define __shared__ thread_local
+#endif
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
@@ -192,6 +200,7 @@ static inline unsigned __isShared(const void*) { return 0; }
 #include "emu_vector_types.h"
 #include "emu_math.h"
 #include "emu_atomics.h"
+#include "emu_ptx.h"
 
 // ---- code the emulator generates after the learner's source --------------------------------
 #pragma push_macro("threadIdx")
@@ -309,4 +318,3 @@ struct K<F, void (*)(A...)> {
 #define tex1Dfetch(...) __EMU_NEEDS_GPU("texture fetch")
 #define tex2D(...) __EMU_NEEDS_GPU("texture fetch")
 #define surf2Dwrite(...) __EMU_NEEDS_GPU("surface write")
-#define __pipeline_memcpy_async(...) __EMU_NEEDS_GPU("cp.async")

@@ -181,7 +181,9 @@ struct Warp {
   uint16_t wsync;
 };
 
-// Check-mode shadow: one entry per 4 bytes of shared memory.
+// Check-mode shadow: one entry per SG bytes of shared memory. Two, not four: threads that write
+// neighbouring __half / __nv_bfloat16 elements of a shared tile must not look like they race.
+static const uintptr_t SG = 2;
 struct Acc {
   uint32_t epoch;   // 0: none
   uint16_t tid;
@@ -192,6 +194,7 @@ struct Acc {
 };
 struct Shadow {
   uint8_t ignore, init;
+  uint8_t pending;  // a cp.async of thread w.tid is writing it until that thread's cp.async.wait_group
   Acc w, r1, r2;
 };
 
@@ -576,6 +579,12 @@ static void complete_group(Worker* w, unsigned warp, int gi) {
   unsigned members = G.arrived;
   unsigned ballot = 0;
   int op = G.op;
+  if (op >= EMU_W_COLLECTIVE) {  // mma.sync, ldmatrix, wmma::mma_sync: one call computes every lane's result
+    void* lanes[32] = {};
+    for (unsigned l = 0; l < 32; l++)
+      if ((members >> l) & 1) lanes[l] = (void*)(uintptr_t)w->fibers[warp * 32 + l].wval;
+    (*(EmuCollective*)lanes[__builtin_ctz(members)])(lanes, members);
+  }
   for (unsigned l = 0; l < 32; l++)
     if ((members >> l) & 1) ballot |= (w->fibers[warp * 32 + l].wval != 0) << l;
   // match_any: lanes with equal values
@@ -640,6 +649,9 @@ static const char* warp_op_name(int op) {
     case EMU_W_ANY: return "__any_sync";
     case EMU_W_ALL: return "__all_sync";
     case EMU_W_MATCH_ANY: return "__match_any_sync";
+    case EMU_W_MMA: return "mma.sync";
+    case EMU_W_LDMATRIX: return "ldmatrix";
+    case EMU_W_WMMA_MMA: return "wmma::mma_sync";
     default: return "__match_all_sync";
   }
 }
@@ -865,6 +877,10 @@ static inline void shadow_access(Worker* w, Shadow* s, int space, long long off,
   if (s->ignore) return;
   uint16_t tid = (uint16_t)w->ctx.tid_linear;
   Acc me = access_by(w, tid, vol, false, pc);
+  if (s->pending) {
+    add_finding(w, EMU_F_ASYNC, space, off, &s->w, tid, pc, vol);
+    return;
+  }
   if (!write) {
     if (!s->init) add_finding(w, EMU_F_UNINIT, space, off, nullptr, tid, pc, vol);
     if (!ordered(w, s->w, tid)) add_finding(w, EMU_F_RAW, space, off, &s->w, tid, pc, vol);
@@ -888,8 +904,8 @@ __attribute__((noreturn)) static void oob_fault(Worker* w, int kind, uintptr_t a
 
 static inline bool in_static_var(Worker* w, uintptr_t a, size_t n) {
   if (a < w->st_lo || a + n > w->st_hi) return false;
-  for (uintptr_t x = a & ~(uintptr_t)3; x < a + n; x += 4)
-    if (w->sh_static[(x - w->st_lo) / 4].ignore) return false;
+  for (uintptr_t x = a & ~(SG - 1); x < a + n; x += SG)
+    if (w->sh_static[(x - w->st_lo) / SG].ignore) return false;
   return true;
 }
 
@@ -913,15 +929,15 @@ __attribute__((noinline)) static void check_slow(Worker* w, uintptr_t a, size_t 
     oob_fault(w, EMU_ERR_DYNSMEM, a, (long long)(a - (uintptr_t)w->dyn_lo), 0, write, pc);
   if (a + n > w->st_lo && a < w->st_hi) {
     uintptr_t lo = a < w->st_lo ? w->st_lo : a, hi = a + n > w->st_hi ? w->st_hi : a + n;
-    for (uintptr_t x = lo & ~(uintptr_t)3; x < hi; x += 4)
-      shadow_access(w, &w->sh_static[(x - w->st_lo) / 4], 0, (long long)(x - (uintptr_t)w->tls_anchor), write, pc, vol);
+    for (uintptr_t x = lo & ~(SG - 1); x < hi; x += SG)
+      shadow_access(w, &w->sh_static[(x - w->st_lo) / SG], 0, (long long)(x - (uintptr_t)w->tls_anchor), write, pc, vol);
     return;
   }
   uintptr_t dlo = (uintptr_t)w->dyn_lo, dhi = dlo + w->dyn_size;
   if (a + n > dlo && a < dhi) {
     uintptr_t lo = a < dlo ? dlo : a, hi = a + n > dhi ? dhi : a + n;
-    for (uintptr_t x = lo & ~(uintptr_t)3; x < hi; x += 4)
-      shadow_access(w, &w->sh_dyn[(x - dlo) / 4], 1, (long long)(x - dlo), write, pc, vol);
+    for (uintptr_t x = lo & ~(SG - 1); x < hi; x += SG)
+      shadow_access(w, &w->sh_dyn[(x - dlo) / SG], 1, (long long)(x - dlo), write, pc, vol);
     return;
   }
   const EmuLaunch* L = w->L;
@@ -995,11 +1011,11 @@ __attribute__((always_inline)) static inline void atomic_touch(void* a, size_t n
   if (!w) return;
   uintptr_t x = (uintptr_t)a, pc = RA;
   if (x >= w->st_lo && x < w->st_hi) {
-    for (uintptr_t y = x & ~(uintptr_t)3; y < x + n && y < w->st_hi; y += 4)
-      shadow_atomic(w, &w->sh_static[(y - w->st_lo) / 4], 0, (long long)(y - (uintptr_t)w->tls_anchor), pc);
+    for (uintptr_t y = x & ~(SG - 1); y < x + n && y < w->st_hi; y += SG)
+      shadow_atomic(w, &w->sh_static[(y - w->st_lo) / SG], 0, (long long)(y - (uintptr_t)w->tls_anchor), pc);
   } else if (x >= (uintptr_t)w->dyn_lo && x < (uintptr_t)w->dyn_lo + w->dyn_size) {
-    for (uintptr_t y = x & ~(uintptr_t)3; y < x + n && y < (uintptr_t)w->dyn_lo + w->dyn_size; y += 4)
-      shadow_atomic(w, &w->sh_dyn[(y - (uintptr_t)w->dyn_lo) / 4], 1, (long long)(y - (uintptr_t)w->dyn_lo), pc);
+    for (uintptr_t y = x & ~(SG - 1); y < x + n && y < (uintptr_t)w->dyn_lo + w->dyn_size; y += SG)
+      shadow_atomic(w, &w->sh_dyn[(y - (uintptr_t)w->dyn_lo) / SG], 1, (long long)(y - (uintptr_t)w->dyn_lo), pc);
   } else {
     chk(x, n, true, pc);
   }
@@ -1065,8 +1081,11 @@ static void from_scheduler(Worker* w, Fiber* f) {
 
 static const size_t PAD_WINDOW = 1024;  // bytes of each red zone next to the variables that are checked
 
+static void async_begin_block(Worker* w);
+
 static void begin_block_shared(Worker* w) {
   const EmuLaunch* L = w->L;
+  async_begin_block(w);
   if (L->pad_lo_end_rel || L->pad_hi_start_rel) {
     memset(w->tls_anchor + L->pad_lo_end_rel - PAD_WINDOW, 0xA5, PAD_WINDOW);
     memset(w->tls_anchor + L->pad_hi_start_rel, 0xA5, PAD_WINDOW);
@@ -1079,7 +1098,7 @@ static void begin_block_shared(Worker* w) {
     for (auto& s : w->sh_static) { s = Shadow(); s.ignore = 1; }
     for (int i = 0; i < L->n_static; i++) {
       uintptr_t a = (uintptr_t)w->tls_anchor + L->static_off[i];
-      for (uintptr_t x = a & ~(uintptr_t)3; x < a + L->static_size[i]; x += 4) w->sh_static[(x - w->st_lo) / 4].ignore = 0;
+      for (uintptr_t x = a & ~(SG - 1); x < a + L->static_size[i]; x += SG) w->sh_static[(x - w->st_lo) / SG].ignore = 0;
     }
     for (auto& s : w->sh_dyn) s = Shadow();
     for (auto& W : w->warps) W.wsync = 0;
@@ -1212,11 +1231,11 @@ static void worker_loop(Worker* w, const EmuLaunch* L, Shared* S) {
       if (!w->st_lo || a < w->st_lo) w->st_lo = a;
       if (e > w->st_hi) w->st_hi = e;
     }
-    w->st_lo &= ~(uintptr_t)3;
+    w->st_lo &= ~(SG - 1);
     w->rz_lo = (uintptr_t)w->tls_anchor + L->tls_lo_rel - 256;
     w->rz_hi = (uintptr_t)w->tls_anchor + L->tls_hi_rel + 256;
-    w->sh_static.assign((w->st_hi - w->st_lo + 3) / 4, Shadow());
-    w->sh_dyn.assign((w->dyn_size + 3) / 4, Shadow());
+    w->sh_static.assign((w->st_hi - w->st_lo + SG - 1) / SG, Shadow());
+    w->sh_dyn.assign((w->dyn_size + SG - 1) / SG, Shadow());
     g_check_worker = w;
   }
   while (!S->abort.load(std::memory_order_relaxed)) {
@@ -1429,3 +1448,5 @@ EXPORT void emu_free(unsigned long long map_lo, unsigned long long map_len) {
 }
 
 EXPORT int emu_abi_version() { return 3; }
+
+#include "emu_async_rt.h"

@@ -1,35 +1,12 @@
-// cuda_fp16.h for the emulator: __half / __half2 stored as IEEE binary16 bits, arithmetic done in
-// float and rounded back to nearest-even, as the GPU's conversions do.
+// cuda_fp16.h for the emulator: __half / __half2 stored as IEEE binary16 bits. Arithmetic is done
+// in float and rounded back to nearest-even: for +, - and * this is exactly the GPU's correctly
+// rounded half result (float's 24 bits >= 2*11+2 make the double rounding innocuous); fma rounds
+// once through round-to-odd (emu_fp_round.h). Division is correctly rounded here, where CUDA's
+// __hdiv (a reciprocal approximation) may differ in the last bit. A NaN result is 0x7fff.
 #pragma once
 #include <string.h>
 #include <math.h>
-
-static inline unsigned short __emu_f2h_bits(float f) {
-  unsigned x;
-  memcpy(&x, &f, 4);
-  unsigned sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
-  if (ax >= 0x7f800000u) return (unsigned short)(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
-  if (ax >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);
-  if (ax < 0x38800000u) {  // below the smallest normal half: subnormal or zero
-    float a;
-    memcpy(&a, &ax, 4);
-    return (unsigned short)(sign | (unsigned)nearbyintf(a * 16777216.0f));
-  }
-  unsigned h = (((ax >> 23) - 112u) << 10) | ((ax & 0x7fffffu) >> 13), rem = ax & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
-  return (unsigned short)(sign | h);
-}
-static inline float __emu_h2f_bits(unsigned short h) {
-  unsigned sign = (unsigned)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
-  if (e == 0) {
-    float r = (float)m * 5.9604644775390625e-8f;
-    return sign ? -r : r;
-  }
-  bits = e == 31 ? (sign | 0x7f800000u | (m << 13)) : (sign | ((e + 112u) << 23) | (m << 13));
-  float r;
-  memcpy(&r, &bits, 4);
-  return r;
-}
+#include "emu_fp_round.h"
 
 struct __half_raw { unsigned short x; };
 struct __half2_raw { unsigned short x, y; };
@@ -78,7 +55,8 @@ static inline __half __low2half(__half2 h) { return h.x; }
 static inline __half __high2half(__half2 h) { return h.y; }
 static inline float __low2float(__half2 h) { return (float)h.x; }
 static inline float __high2float(__half2 h) { return (float)h.y; }
-struct float2;
+static inline float2 __half22float2(__half2 h) { return float2{(float)h.x, (float)h.y}; }
+static inline __half2 __float22half2_rn(float2 f) { return __half2(__half(f.x), __half(f.y)); }
 static inline __half2 __lows2half2(__half2 a, __half2 b) { return __half2(a.x, b.x); }
 static inline __half2 __highs2half2(__half2 a, __half2 b) { return __half2(a.y, b.y); }
 
@@ -92,7 +70,7 @@ __EMU_H_BIN(__hdiv, x / y)
 __EMU_H_BIN(__hmax, fmaxf(x, y))
 __EMU_H_BIN(__hmin, fminf(x, y))
 #undef __EMU_H_BIN
-static inline __half __hfma(__half a, __half b, __half c) { return __half(fmaf((float)a, (float)b, (float)c)); }
+static inline __half __hfma(__half a, __half b, __half c) { return __half(__emu_fma_odd((float)a, (float)b, (float)c)); }
 static inline __half2 __hfma2(__half2 a, __half2 b, __half2 c) { return __half2(__hfma(a.x, b.x, c.x), __hfma(a.y, b.y, c.y)); }
 static inline __half __hneg(__half a) { return __ushort_as_half((unsigned short)(a.__x ^ 0x8000u)); }
 static inline __half __habs(__half a) { return __ushort_as_half((unsigned short)(a.__x & 0x7fffu)); }
