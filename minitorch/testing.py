@@ -37,7 +37,8 @@ def report(name: str, got: Any, want: Any, rtol: float = 1e-5, atol: float = 1e-
     """Print ``OK name: ...`` if every element satisfies |got - want| <= atol + rtol * |want| (NaN only
     where want is NaN), else ``WRONG name: ...`` with the worst element; return whether it was OK."""
     g, w = _host(got).astype(np.float64), _host(want).astype(np.float64)
-    tolerance = f"tolerance {atol:.0e} + {rtol:.0e}·|want|"
+    tolerance = ("tolerance " + " + ".join(([f"{atol:.1e}"] if atol else []) + ([f"{rtol:.0e}·|want|"] if rtol else []))
+                 if atol or rtol else "exact")
     if g.shape != w.shape:
         print(f"WRONG {name}: shape {g.shape}, expected {w.shape}")
         return False
