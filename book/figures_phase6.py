@@ -164,7 +164,12 @@ def phase6_conv_ladder(fig_name: str = "fig-phase6-conv", text_name: str = "phas
         ref = [r for r in rows if r["shape"] == shape and r["pass"] == pass_ and r["variant"] == "cudnn"]
         if not ours or not ref:
             return "not measured"
-        return f"{ours[0]['ratio']:.2f}× ({fmt_time(ours[0]['seconds'])} against {fmt_time(ref[0]['seconds'])})"
+        said = f"{ours[0]['ratio']:.2f}× ({fmt_time(ours[0]['seconds'])} against {fmt_time(ref[0]['seconds'])})"
+        rungs = [r for r in rows if r["shape"] == shape and r["pass"] == pass_ and r["variant"] not in ("best", "cudnn")]
+        fastest = max(rungs, key=lambda r: r["ratio"], default=None)
+        if fastest is not None and fastest["ratio"] > 1.05 * ours[0]["ratio"]:  # a rule older than this run's rungs
+            said += f", where the {fastest['variant']} rung ran at {fastest['ratio']:.2f}×"
+        return said
 
     text = " ".join(f"On {SHAPE_LABEL[s]}, `best` ran the forward pass at {best(s, 'forward')} cuDNN's speed, the "
                     f"input gradient at {best(s, 'backward_input')} and the weight gradient at "

@@ -82,6 +82,23 @@ def resolve_notebook(opts: CheckOptions) -> Path:
     return base / f"{opts.phase.lab}.ipynb"
 
 
+def not_measured_notes(report: PhaseReport) -> list[str]:
+    """Why performance checks were not measured: without a GPU, one note; on a GPU (PyTorch missing, say),
+    each reason, so that a check that could not run is never mistaken for one that passed."""
+    skipped = [c for c in report.checks if c.result == NOT_MEASURED]
+    if not skipped:
+        return []
+    if not report.device.startswith("cuda"):
+        return ["performance checks are not measured without a GPU; they do not block the phase unless "
+                "--require-perf is given"]
+    reasons: dict[str, int] = {}
+    for c in skipped:
+        reason = c.reason.strip().splitlines()[0] if c.reason.strip() else "no reason given"
+        reasons[reason] = reasons.get(reason, 0) + 1
+    return [f"{n} performance check{'s' if n > 1 else ''} not measured on this GPU: {reason} (they block the "
+            f"phase only with --require-perf)" for reason, n in reasons.items()]
+
+
 def check_phase(opts: CheckOptions) -> PhaseReport:
     phase = opts.phase
     if not phase.published:
@@ -130,9 +147,7 @@ def check_phase(opts: CheckOptions) -> PhaseReport:
         report.notes += [f"{c.name}: {n}" for c in tests for n in c.notes]
         if device:
             report.device = device
-        if not report.device.startswith("cuda") and any(c.result == NOT_MEASURED for c in report.checks):
-            report.notes.append("performance checks are not measured without a GPU; they do not block the "
-                                "phase unless --require-perf is given")
+        report.notes += not_measured_notes(report)
         if opts.select:
             report.notes.append(f"only tests matching -k {opts.select!r} ran: the phase cannot pass this way")
             report.partial = True

@@ -105,8 +105,20 @@ def phase_index(phase: str) -> int:
     return PHASE_ORDER.index(phase) if phase in PHASE_ORDER else len(PHASE_ORDER)
 
 
-class KernelNotWrittenError(FileNotFoundError):
+class _ShortTraceback:
+    """In a notebook, IPython shows ``_render_traceback_`` instead of the traceback: the message alone. A
+    ``%%kernel`` cell's traceback would otherwise open with the whole cell, passed to the magic as a string."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"{type(self).__name__}: {self}"]
+
+
+class KernelNotWrittenError(_ShortTraceback, FileNotFoundError):
     """The learner has not yet run the lab cell that writes this file."""
+
+
+class KernelStubError(_ShortTraceback, NotImplementedError):
+    """A ``%%kernel`` / ``%%module`` cell still holds TODO stubs: nothing was written."""
 
 
 class KernelCompileError(RuntimeError):
@@ -184,6 +196,32 @@ def _not_written(filename: str) -> KernelNotWrittenError:
         f"\"{where.cell}\" in {where.lab} (workspace: {workspace_dir()}).")
 
 
+_FUNCTION = re.compile(r"\b(?:__global__|__device__)\b.*?\b(\w+)\s*\(")
+
+
+def todo_stubs(text: str) -> list[tuple[int, str]]:
+    """(line, the function it is in) of every TODO stub of a CUDA C source, in order."""
+    found, function = [], "the file's top level"
+    for number, line in enumerate(text.splitlines(), 1):
+        if (match := _FUNCTION.search(line)) and not line.lstrip().startswith("//"):
+            function = match.group(1)
+        if TODO_MARKER + "(" in line and not line.lstrip().startswith("//"):
+            found.append((number, function))
+    return found
+
+
+def _stub_error(filename: str, text: str) -> KernelStubError:
+    where = KERNEL_FILES.get(filename)
+    cell = f' ("{where.cell}" in {where.lab})' if where else ""
+    stubs = todo_stubs(text)
+    listed = ", ".join(f"{function} (line {line})" for line, function in stubs) or TODO_MARKER
+    count = f"{len(stubs)} TODO stubs" if len(stubs) != 1 else "a TODO stub"
+    return KernelStubError(
+        f"{filename}: this cell{cell} still contains {count} ({TODO_MARKER}), so nothing was saved or "
+        f"compiled. Left: {listed}. The file is saved and compiled as a whole: replace every stub with "
+        f"your code, then run the cell again.")
+
+
 def read_source(filename: str) -> str:
     path = source_path(filename)
     try:
@@ -196,10 +234,7 @@ def write_source(filename: str, text: str) -> Path:
     """Write a learner file atomically (a crash mid-write never leaves half a kernel behind)."""
     path = source_path(filename)
     if TODO_MARKER in text:
-        where = KERNEL_FILES.get(filename)
-        cell = f' ("{where.cell}" in {where.lab})' if where else ""
-        raise NotImplementedError(f"{filename}: this cell{cell} still contains a TODO stub "
-                                  f"({TODO_MARKER}). Replace it with your code, then run the cell again.")
+        raise _stub_error(filename, text)
     global writes
     writes += 1  # what was derived from the workspace's files (minitorch.allocator) looks again
     path.parent.mkdir(parents=True, exist_ok=True)

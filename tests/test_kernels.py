@@ -40,6 +40,26 @@ def test_todo_stub_is_refused_and_previous_version_kept(workspace):
     assert (workspace / "memory.cu").read_text() == "// version 1\n"
 
 
+def test_todo_stubs_left_are_named_by_function_and_line(workspace):
+    """Lab 6's conv.cu as a learner gets it, with the first kernel written: the refusal lists the stubs left,
+    and in a notebook shows that message alone (not the traceback that opens with the whole cell)."""
+    lab = json.loads((ROOT / "labs" / "phase6_cnn.ipynb").read_text())
+    cell = next(s for s in ("".join(c["source"]) for c in lab["cells"]) if s.startswith("%%kernel conv.cu"))
+    source = cell.split("\n", 1)[1]
+    stubs = kernels.todo_stubs(source)
+    assert [f for _, f in stubs][:3] == ["conv2d_direct", "im2col", "gemm_to_nchw"] and len(stubs) == 10
+    first = source.splitlines()[stubs[0][0] - 1]
+    written = source.replace(first, "    y[i] = 0.0f;  // (a learner's attempt)", 1)
+    with pytest.raises(kernels.KernelStubError) as err:
+        kernels.write_source("conv.cu", written)
+    message = str(err.value)
+    assert "9 TODO stubs" in message and "conv2d_direct" not in message
+    assert f"im2col (line {stubs[1][0]})" in message and "conv2d_bias_grad (line" in message
+    assert not (workspace / "conv.cu").exists()
+    shown = err.value._render_traceback_()
+    assert shown == [f"KernelStubError: {message}"] and "extern" not in "".join(shown)
+
+
 def test_missing_kernel_names_the_lab_and_cell(workspace):
     with pytest.raises(kernels.KernelNotWrittenError) as err:
         kernels.load_kernel("memory.cu", "fill")

@@ -83,3 +83,48 @@ def test_readme_gets_a_newcomer_to_a_running_kernel_without_a_gpu(tmp_path):
     assert "wrote memory.cu" in printed and "compiled for 'emu'" in printed, printed
     assert re.search(r"\d+\.\d+\.\d+", out)  # jupyter lab --version
     assert re.search(r"phase1 .*UNLOCKED", out) and re.search(r"phase2 .*LOCKED", out), out  # grader status
+
+
+def test_readme_gpu_path_installs_cupy_and_what_the_labs_race_against(monkeypatch, capsys):
+    """The README's GPU block, as written: its install names an extra of pyproject.toml that brings CuPy and
+    PyTorch, its other commands are the ones walked without a GPU above; and a lab on a GPU where PyTorch is
+    missing still runs, each race against PyTorch saying what it skipped (no GPU here: the cells run with
+    DEVICE = "cuda" and `import torch` failing, which is all they reach without PyTorch)."""
+    import ast
+    import shlex
+    import tomllib
+
+    from minitorch import testing
+
+    gpu, no_gpu = readme_block("gpu"), readme_block("no-gpu")
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    installs = [shlex.split(c) for c in gpu if c.startswith("pip install")]
+    assert installs, f"the README's GPU block installs nothing: {gpu}"
+    for words in installs:
+        assert words[:4] == ["pip", "install", "-e", words[3]] and words[3].startswith(".["), words
+        for extra in words[3][2:-1].split(","):
+            packages = extras.get(extra)
+            assert packages, f"README installs the extra {extra!r}, which pyproject.toml does not define"
+            assert any(p.startswith("cupy-cuda") for p in packages) and any(p.startswith("torch") for p in packages)
+    assert [c for c in gpu if not c.startswith("pip install")] == [c for c in no_gpu if c.startswith("jupyter")]
+
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+    ran = 0
+    for lab in sorted((REPO / "labs").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(lab.read_text())["cells"]):
+            source = "".join(cell["source"])
+            if cell["cell_type"] != "code" or "torch" not in source or source.startswith("%%"):
+                continue
+            tree = ast.parse("\n".join(line for line in source.splitlines() if not line.startswith("%")))
+            guarded = {id(n) for t in ast.walk(tree) if isinstance(t, ast.Try)
+                       and any("ImportError" in ast.unparse(h.type or ast.Name("")) for h in t.handlers)
+                       for n in ast.walk(t)}
+            bare = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Import)
+                    and any(a.name == "torch" for a in n.names) and id(n) not in guarded]
+            assert not bare, f"{lab.name} cell {i} imports torch without a guard (line {bare})"
+            if 'optional_import("torch"' in source:
+                exec(compile(source, f"{lab.name}[{i}]", "exec"), {"DEVICE": "cuda", "testing": testing, "trained": True})
+                printed = capsys.readouterr().out
+                assert printed.startswith("skipped ") and "PyTorch is not installed" in printed, printed
+                ran += 1
+    assert ran >= 2  # Lab 6's race against cuDNN and its epoch against PyTorch

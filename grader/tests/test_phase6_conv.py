@@ -572,7 +572,7 @@ def _torch_cuda():
     try:
         import torch
     except ImportError:
-        pytest.skip("PyTorch is not installed: no cuDNN to compare with")
+        pytest.skip('not measured: PyTorch is not installed, so there is no cuDNN to race (`pip install -e ".[gpu]"`)')
     if not torch.cuda.is_available():
         pytest.skip("PyTorch sees no GPU")
     torch.backends.cudnn.allow_tf32 = False  # float32 arithmetic, as the learner's kernels

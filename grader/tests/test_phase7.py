@@ -1214,7 +1214,7 @@ def test_perf_attention_against_pytorch_sdpa(b, h, t, d, record_property):
     try:
         import torch
     except ImportError:
-        pytest.skip("not measured (PyTorch is not installed)")
+        pytest.skip('not measured: PyTorch is not installed, so there is no SDPA to race (`pip install -e ".[gpu]"`)')
     if not torch.cuda.is_available():
         pytest.skip("not measured (PyTorch has no CUDA)")
     import minitorch

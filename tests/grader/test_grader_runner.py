@@ -182,3 +182,20 @@ def test_a_reported_figure_is_shown_as_info_not_as_a_pass():
     data = json.loads(report.to_json())
     assert [c["result"] for c in data["checks"]] == ["INFO", "PASS"]
     assert data["checks"][0]["perf"][0]["threshold"] is None and data["checks"][0]["perf"][0]["reported"]
+
+
+def test_a_perf_check_not_measured_on_a_gpu_says_why():
+    """On a GPU without PyTorch the races against cuDNN are not measured: the report's notes say so, with the
+    reason, instead of a NOT MEASURED row a reader takes for 'no GPU'."""
+    from grader.report import CheckResult, PhaseReport
+    from grader.runner import not_measured_notes
+
+    why = 'not measured: PyTorch is not installed, so there is no cuDNN to race (`pip install -e ".[gpu]"`)'
+    checks = [CheckResult(f"test_perf_conv[{i}]", NOT_MEASURED, reason=why) for i in range(4)]
+    checks.append(CheckResult("test_ok", PASS))
+    gpu = PhaseReport("phase6", "CNNs", "cuda: NVIDIA H100", None, checks=checks)
+    notes = not_measured_notes(gpu)
+    assert len(notes) == 1 and notes[0].startswith("4 performance checks not measured on this GPU: " + why)
+    emu = PhaseReport("phase6", "CNNs", "emu", None, checks=checks)
+    assert "without a GPU" in not_measured_notes(emu)[0]
+    assert not_measured_notes(PhaseReport("phase6", "CNNs", "cuda", None, checks=checks[-1:])) == []
