@@ -198,6 +198,23 @@ def test_softmax_over_the_wrong_axis_and_a_missing_barrier_are_rejected(tmp_path
     assert "__syncthreads() is missing" in race["reason"] and "attention.cu:" in race["reason"], race
 
 
+def test_plain_adds_where_atomic_add_is_needed_are_rejected_on_the_emulator(tmp_path):
+    """A plain `+=` where threads of different blocks add into one element: the emulator runs them one after the
+    other and loses no update, so the values pass; its check mode reports the race (the same fixtures fail on a GPU
+    by their values, tests/grader/test_grader_fixtures_gpu.py)."""
+    from tests.grader.test_grader_fixtures_gpu import NON_ATOMIC_ADDS
+
+    files = solution_sources()
+    for name, old, new, _, _ in NON_ATOMIC_ADDS.values():
+        files[name] = replace_once(files[name], old, new)
+    report = grade(tmp_path, files, "-k", "device_memory_race")
+    for test, file in (("test_embedding_backward_has_no_device_memory_race", "embedding.cu"),
+                       ("test_clip_sum_of_squares_has_no_device_memory_race", "clip.cu")):
+        [check] = results(report, test)
+        assert check["result"] in ("FAIL", "CRASH") and "device-memory race" in check["reason"], check
+        assert "atomicAdd" in check["reason"] and f"{file}:" in check["reason"], check
+
+
 # ---------------------------------------------------------------- the deliverable
 
 DATA = Path(__import__("os").environ.get("MINITORCH_DATA_DIR") or REPO / "data") / "tinyshakespeare" / "input.txt"
