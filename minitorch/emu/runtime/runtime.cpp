@@ -1024,9 +1024,8 @@ static void device_access(Worker* w, int buf, uintptr_t a, size_t n, bool write,
   uintptr_t data = L->buf_data[buf];
   uintptr_t hi = a + n > L->buf_hi[own] ? L->buf_hi[own] : a + n;
   for (uintptr_t x = a & ~(uintptr_t)3; x < hi; x += 4) {
-    unsigned m = 0;
-    for (unsigned b = 0; b < 4; b++)
-      if (x + b >= a && x + b < a + n) m |= 1u << b;
+    unsigned first = x < a ? (unsigned)(a - x) : 0u, end = x + 4 > a + n ? (unsigned)(a + n - x) : 4u;
+    unsigned m = ((1u << end) - 1) & ~((1u << first) - 1);  // the bytes of this word the access covers
     GShadow& s = sh[(x - lo) / 4];
     GAcc me{w->epoch, blk, (uint16_t)(tid | (atomic ? 1u << 10 : 0) | (m << 11)), wsync, rel};
     long long off = (long long)(x < a ? a : x) - (long long)data;
@@ -1147,13 +1146,19 @@ __attribute__((noinline)) static void check_slow(Worker* w, uintptr_t a, size_t 
 static inline void chk(uintptr_t a, size_t n, bool write, uintptr_t pc, int vol = 0, bool atomic = false) {
   Worker* w = g_check_worker;
   if (__builtin_expect(w == nullptr, 0)) return;
-  // Fast path: outside every region of interest.
+  // Fast paths: inside a device array of the launch (shadowed), or outside every region of interest.
   if (a + n <= w->rz_lo || a >= w->rz_hi) {
     if (a + n <= (uintptr_t)w->arena || a >= (uintptr_t)w->dyn_lo + w->dyn_size) {
       const EmuLaunch* L = w->L;
       bool near = false;
-      for (int i = 0; i < L->n_bufs; i++)
-        if (a + n > L->buf_lo[i] && a < L->buf_hi[i]) near = true;  // out of bounds, or shadowed
+      for (int i = 0; i < L->n_bufs; i++) {
+        if (a >= L->buf_data[i] && a + n <= L->buf_data[i] + L->buf_nbytes[i] && w->in_kernel) {
+          if (w->pend.on) resolve_pending(w);
+          device_access(w, i, a, n, write, atomic, pc);
+          return;
+        }
+        if (a + n > L->buf_lo[i] && a < L->buf_hi[i]) near = true;  // out of bounds
+      }
       if (!near && !w->pend.on) return;
     }
   }
