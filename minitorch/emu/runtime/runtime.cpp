@@ -271,6 +271,7 @@ struct Worker {
   std::vector<GShadow*> gsh;         // per launch array: shadow of its whole mapping [buf_lo, buf_hi)
   std::vector<size_t> gsh_len;
   std::vector<int> gsh_owner;        // views of one mapping share the first one's shadow
+  std::vector<std::pair<GShadow*, size_t>> gsh_spare;  // small shadows kept (zeroed) for the next launches
   int saw_fence = 0;
   GPending pend;
 };
@@ -1009,12 +1010,20 @@ static void device_access(Worker* w, int buf, uintptr_t a, size_t n, bool write,
   int own = w->gsh_owner[buf];
   uintptr_t lo = L->buf_lo[own];
   if (!w->gsh[own]) {
-    size_t words = (L->buf_hi[own] - lo + 3) / 4;
-    void* m = mmap(nullptr, words * sizeof(GShadow), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    if (m == MAP_FAILED) return;  // no room for a shadow: this array goes unchecked
-    w->gsh[own] = (GShadow*)m;
-    w->gsh_len[own] = words * sizeof(GShadow);
+    size_t len = (L->buf_hi[own] - lo + 3) / 4 * sizeof(GShadow);
+    for (size_t i = 0; i < w->gsh_spare.size(); i++)
+      if (w->gsh_spare[i].second >= len) {  // warm in the cache, unlike fresh pages
+        w->gsh[own] = w->gsh_spare[i].first;
+        w->gsh_len[own] = w->gsh_spare[i].second;
+        w->gsh_spare.erase(w->gsh_spare.begin() + i);
+        break;
+      }
+    if (!w->gsh[own]) {
+      void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (m == MAP_FAILED) return;  // no room for a shadow: this array goes unchecked
+      w->gsh[own] = (GShadow*)m;
+      w->gsh_len[own] = len;
+    }
   }
   GShadow* sh = w->gsh[own];
   uint32_t blk = cur_block(w);
@@ -1092,8 +1101,16 @@ static void device_shadow_end(Worker* w) {
   if (w->saw_fence)
     for (int i = 0; i < w->R->n_findings; i++)
       if (w->R->findings[i].space == 2) w->R->findings[i].flags |= EMU_FF_FENCE;
-  for (size_t i = 0; i < w->gsh.size(); i++)
-    if (w->gsh[i]) munmap(w->gsh[i], w->gsh_len[i]);
+  const size_t SPARE_MAX = 1u << 20, SPARE_KEPT = 16;
+  for (size_t i = 0; i < w->gsh.size(); i++) {
+    if (!w->gsh[i]) continue;
+    if (w->gsh_len[i] <= SPARE_MAX && w->gsh_spare.size() < SPARE_KEPT) {
+      memset((void*)w->gsh[i], 0, w->gsh_len[i]);
+      w->gsh_spare.emplace_back(w->gsh[i], w->gsh_len[i]);
+    } else {
+      munmap(w->gsh[i], w->gsh_len[i]);
+    }
+  }
   w->gsh.clear();
 }
 
