@@ -1171,6 +1171,16 @@ static inline void chk(uintptr_t a, size_t n, bool write, uintptr_t pc, int vol 
       for (int i = 0; i < L->n_bufs; i++) {
         if (a >= L->buf_data[i] && a + n <= L->buf_data[i] + L->buf_nbytes[i] && w->in_kernel) {
           if (w->pend.on) resolve_pending(w);
+          if (!write && !atomic && (a & 3) + n <= 4) {
+            // The common read: nothing written there in this launch, and a read of this barrier interval
+            // of the block already recorded: nothing to report, nothing to record.
+            int own = w->gsh_owner[i];
+            const GShadow* sh = w->gsh[own];
+            if (sh) {
+              const GShadow& s = sh[(a - L->buf_lo[own]) / 4];
+              if (s.w.epoch == 0 && s.r.epoch == w->epoch && s.r.block == cur_block(w)) return;
+            }
+          }
           device_access(w, i, a, n, write, atomic, pc);
           return;
         }
