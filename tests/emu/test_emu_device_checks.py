@@ -315,3 +315,34 @@ def test_correct_kernels_stay_quiet_in_check_mode() -> None:
         out = emu.zeros(64)
         good.get_function("warp_then_lane0")((1,), (64,), (out,))
         assert out.get()[0] == sum(range(32))
+
+
+def _view_one_float_in(n: int) -> emu.DeviceArray:
+    """n floats starting 4 bytes past a 16-byte boundary (a parameter inside a larger buffer)."""
+    from minitorch.emu.memory import DeviceArray
+
+    whole = emu.zeros(n + 1)
+    return DeviceArray((n,), np.float32, _buffer=whole._buf, _offset=whole._offset + 4)
+
+
+def test_init_store_without_its_alignment_check_faults_on_an_unaligned_view() -> None:
+    """The reference philox_uniform (Phase 5 init.cu) stores a float4 only where `out` is 16-byte aligned; without
+    that check, a draw into an array that starts 4 bytes in is a misaligned store, as on a GPU."""
+    from tests.solution_files import solution_files
+
+    good = solution_files("phase5_fast.ipynb")["init.cu"]
+    check = "if (i + 3 < n && ((unsigned long long)out & 15) == 0) {"
+    assert check in good
+    args = (np.uint64(7), np.uint64(0), np.float32(1.0), np.int64(1001))
+    out = _view_one_float_in(1001)
+    emu.RawModule(code=good, filename="init.cu").get_function("philox_uniform")((4,), (64,), (out, *args))
+    from minitorch import philox
+
+    expected = 2 * philox.uniform(1001, 7, 0).astype(np.float64) - 1  # all written, by the scalar path
+    np.testing.assert_allclose(out.get(), expected, rtol=1e-6, atol=1e-7)
+    bad = emu.RawModule(code=good.replace(check, "if (i + 3 < n) {"), filename="init.cu")
+    with pytest.raises(emu.KernelFault) as ei:
+        bad.get_function("philox_uniform")((4,), (64,), (_view_one_float_in(1001), *args))
+    e = ei.value
+    assert e.kind == "misaligned" and e.argument_name == "out" and "`float4` store to" in str(e), str(e)
+    assert e.file == "init.cu" and "*reinterpret_cast<float4*>(out + i) = v;" in good.splitlines()[e.line - 1]
