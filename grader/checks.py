@@ -210,6 +210,11 @@ FAULTS: dict[str, tuple[str, str]] = {
                          "while other threads may still read it"),
     "write-after-write": ("shared-memory race", "two threads write one shared-memory location with no "
                           "__syncthreads() in between"),
+    "device-race": ("device-memory race", "threads that add into one element of device memory need atomicAdd (a "
+                    "plain += loses updates on a GPU); otherwise give each element a single writer, and order "
+                    "phases with __syncthreads() (one block) or a second launch (several blocks)"),
+    "misaligned": ("misaligned address", "a float4 (or other vector) access needs an address that is a multiple of "
+                   "its size: check the row starts and the tail, and take scalar loads where they are not aligned"),
     "uninitialised-read": ("read of uninitialised shared memory", "a thread reads shared memory no thread wrote: "
                            "check the loads into the tile (and the padding of the last tile)"),
     "timeout": ("kernel never finished", "a loop that never ends: does every loop's counter advance?"),

@@ -55,8 +55,11 @@ Settings (environment, or in code):
 - ``MINITORCH_EMU_ARGS=strict|cupy`` / ``set_arg_mode("strict"|"cupy")``.
 - ``MINITORCH_EMU_CHECK=1`` / ``with emu.check_mode():``: check mode reports shared-memory races
   (read-after-write, write-after-read, write-after-write in one barrier interval) and reads of
-  uninitialised shared memory with the variable and both source lines, and out-of-bounds accesses
-  to device arrays exactly (compiled with ``-fsanitize=thread`` instrumentation, no libtsan).
+  uninitialised shared memory with the variable and both source lines, out-of-bounds accesses
+  to device arrays exactly, and races on device arrays (two threads, one a plain write, not ordered
+  by a barrier of their block; threads of different blocks never are), naming the array and index
+  (compiled with ``-fsanitize=thread`` instrumentation, no libtsan). A misaligned vector access
+  (``float4`` at an address that is not a multiple of 16) faults in every mode, as on a GPU.
 - ``MINITORCH_EMU_SCHEDULE=forward|reverse|random`` (``MINITORCH_EMU_SEED``) /
   ``with emu.schedule("reverse"):``: the order in which threads and blocks run.
 - ``fuzz_schedules(fn)``: calls ``fn()`` (which launches kernels and returns arrays) under the
@@ -110,6 +113,7 @@ from .errors import (
     EmuWarning,
     KernelFault,
     LaunchError,
+    RaceWarning,
     ScheduleMismatch,
 )
 from .graph import Graph, begin_capture, end_capture, is_capturing
@@ -131,7 +135,7 @@ from .memory import (
 __all__ = [
     "AllocatorError", "UnownedMemory", "blocks_in_use", "free", "get_allocator", "malloc", "set_allocator",
     "ArgumentWarning", "BarrierWarning", "CompileError", "DeviceArray", "EmuWarning", "Graph", "Kernel",
-    "KernelFault", "LaunchError", "RawKernel", "RawModule", "ScheduleMismatch", "asarray", "asnumpy",
+    "KernelFault", "LaunchError", "RaceWarning", "RawKernel", "RawModule", "ScheduleMismatch", "asarray", "asnumpy",
     "begin_capture", "check_mode", "empty", "end_capture", "fuzz_schedules", "get_arg_mode", "is_capturing",
     "is_device_array", "schedule", "set_arg_mode", "synchronize", "time_limit", "workers", "zeros",
 ]

@@ -108,6 +108,12 @@ def _runtime_defines() -> list[str]:
 
 
 PAD_LO, PAD_HI = 4096, 16384
+# Every typed load and store tests its address against the type's alignment (a float4 needs 16 bytes)
+# and calls the runtime's __ubsan_handle_type_mismatch_v1_abort where a GPU faults with "misaligned
+# address": one test and a not-taken branch per access.
+# (g++ also gets -fno-ipa-icf: identical instantiations such as load<float2> and load<int2> must not be
+# merged, or a fault would name the other one's type.)
+ALIGNMENT_CHECK = ["-fsanitize=alignment", "-fno-sanitize-recover=alignment"]
 
 
 def build_pads() -> tuple[Path, Path]:
@@ -495,6 +501,7 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
     base_flags = [cxx, "-std=c++17", "-O2", "-g1", "-fPIC", "-fno-strict-aliasing", "-fno-math-errno",
                   "-fstack-clash-protection", "-fno-builtin-printf", "-fno-builtin-abort", "-U_FORTIFY_SOURCE",
                   "-fvisibility=hidden", "-fno-stack-protector", "-Wno-unused-function", "-Wno-unknown-pragmas",
+                  *ALIGNMENT_CHECK, *([] if "clang" in version.lower() else ["-fno-ipa-icf"]),
                   "-I", str(RUNTIME_DIR), "-I", str(INCLUDE_DIR), "-include", str(RUNTIME_DIR / "prelude.h"),
                   *flags]
     tmp = build / f"mod.{os.getpid()}.so"
@@ -521,13 +528,14 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
             else:
                 tsan = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0",
                         "--param=tsan-distinguish-volatile=1"]
-            r = _run([*base_flags, *tsan, "-c", "__emu_tu.cpp", "-o", "mod.o"], build)
-            if r.returncode == 0:
-                r = _run([cxx, "-shared", "-Wl,-Bsymbolic", pad_lo, "mod.o", pad_hi, "-o", str(tmp)], build)
         else:
-            # link order = TLS order: red zone, the learner's __shared__ variables, red zone
-            r = _run([*base_flags, "-shared", "-Wl,-Bsymbolic", pad_lo, "__emu_tu.cpp", pad_hi, "-o", str(tmp)],
-                     build)
+            tsan = []
+        # Compiled, then linked without -fsanitize: the runtime provides the sanitizer hooks, and the
+        # driver would otherwise link libubsan / libtsan. Link order = TLS order: red zone, the
+        # learner's __shared__ variables, red zone.
+        r = _run([*base_flags, *tsan, "-c", "__emu_tu.cpp", "-o", "mod.o"], build)
+        if r.returncode == 0:
+            r = _run([cxx, "-shared", "-Wl,-Bsymbolic", pad_lo, "mod.o", pad_hi, "-o", str(tmp)], build)
         return r, line_owner
 
     r, owner = compile_with(exports)

@@ -7,7 +7,7 @@ from typing import Any
 from .compiler import CompileError
 
 __all__ = ["AllocatorError", "ArgumentWarning", "BarrierWarning", "CompileError", "EmuWarning", "KernelFault",
-           "LaunchError", "OutOfMemoryError", "ScheduleMismatch"]
+           "LaunchError", "OutOfMemoryError", "RaceWarning", "ScheduleMismatch"]
 
 
 class LaunchError(RuntimeError):
@@ -62,6 +62,12 @@ class ArgumentWarning(EmuWarning):
 class BarrierWarning(EmuWarning):
     """Threads exited before a __syncthreads() that the others reached (undefined behaviour that
     usually works on GPUs)."""
+
+
+class RaceWarning(EmuWarning):
+    """Check mode: threads that are not ordered wrote the same value to one address of device memory
+    (every thread setting one flag). Harmless as written, but a race all the same: any other value
+    stored there would be lost."""
 
 
 class OutOfMemoryError(MemoryError):

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import compiler, config, graph, rt
-from .errors import ArgumentWarning, BarrierWarning, KernelFault, LaunchError
+from .errors import ArgumentWarning, BarrierWarning, KernelFault, LaunchError, RaceWarning
 from .memory import DeviceArray, find_buffer
 
 MAX_THREADS = 1024
@@ -492,7 +492,9 @@ class Kernel:
         if res.kind != rt.OK:
             raise _fault(self, loaded, res, arrays, int(shared_mem))
         if res.n_findings:
-            raise _findings(self, loaded, res)
+            fault = _findings(self, loaded, res, arrays)
+            if fault is not None:
+                raise fault
         for i, a in arrays:
             off = a._buf.canary_damage()
             if off is not None:
@@ -637,6 +639,8 @@ def _fault(k: Kernel, loaded: _Loaded, res: rt.EmuResult, arrays: list[tuple[int
                            "an endless loop? Check that every loop's counter advances (e.g. a grid-stride loop adds "
                            "blockDim.x * gridDim.x) and that no thread waits for a flag another block never sets.",
                            **attrs)
+    if res.kind == rt.MISALIGNED:
+        return _misaligned(k, loaded, res, arrays, attrs, head, where)
     if res.kind == rt.SHARED_OOB:
         var, off, size = loaded.nearest_var(int(res.offset))
         rw = {1: "write", 0: "read"}.get(res.is_write, "access")
@@ -658,11 +662,101 @@ def _fault(k: Kernel, loaded: _Loaded, res: rt.EmuResult, arrays: list[tuple[int
                        "barriers through a path the emulator did not see, set MINITORCH_EMU_FIBERS=1.", **attrs)
 
 
+def _misaligned(k: Kernel, loaded: _Loaded, res: rt.EmuResult, arrays: list[tuple[int, DeviceArray]],
+                attrs: dict[str, Any], head: str, where: str) -> KernelFault:
+    """A typed access whose address is not a multiple of its type's alignment (a GPU's "misaligned
+    address"), named as an argument and element index where the address is in one."""
+    file, line = attrs["file"], attrs["line"]
+    ours = {p.name for p in compiler._runtime_files()}
+    if not file or os.path.basename(file) in ours:  # inside a prelude helper (__ldg, ...): the caller's line
+        file, line = loaded.lines([max(0, int(res.pc) - 1)])[0]
+    file = os.path.basename(file) if file else file
+    attrs.update(file=file or None, line=line or None, kind="misaligned")
+    typ = re.sub(r"\b(const|volatile|struct|class)\s+", "", res.msg.decode(errors="replace").strip("'")) or "value"
+    align = int(res.extra)
+    addr = int(res.addr)
+    rw = {1: "store to", 0: "load from"}.get(res.is_write, "access to")
+    desc = f"address {addr:#x}"
+    for i, a in arrays:
+        if a.ptr - 64 <= addr < a.ptr + a.nbytes + 64:
+            name = k.params[i].name
+            off = addr - a.ptr
+            item = a.dtype.itemsize
+            elem = f"element {off // item}" if off % item == 0 else f"byte {off}"
+            desc = (f"argument #{i}{f' (`{name}`)' if name else ''} at {elem} (byte offset {off}, "
+                    f"{off % align} bytes past a multiple of {align})")
+            attrs.update(argument=i, argument_name=name or None, offset=off, nbytes=a.nbytes)
+            break
+    return KernelFault(
+        f"cudaErrorMisalignedAddress: {head}: misaligned address: a {align}-byte-aligned `{typ}` {rw} {desc}, "
+        f"{where}{_loc(file, line)}. A vector access (float2/float4/int4/double2/half2...) needs an address that "
+        f"is a multiple of its size: reinterpret_cast<const float4*>(p)[i] is legal only when p itself is "
+        f"16-byte aligned (row starts of a matrix whose width is not a multiple of 4 are not); read such rows, "
+        f"and the tail past the last multiple of 4, with scalar loads.", **attrs)
+
+
 _KIND = {rt.F_RAW: "read-after-write", rt.F_WAR: "write-after-read", rt.F_WAW: "write-after-write",
          rt.F_UNINIT: "uninitialised-read", rt.F_ASYNC: "cp.async-in-flight"}
 
 
-def _findings(k: Kernel, loaded: _Loaded, res: rt.EmuResult) -> KernelFault:
+def _device_place(k: Kernel, f: rt.EmuFinding, arrays: list[tuple[int, DeviceArray]]) -> tuple[str, int, str]:
+    """(`name[index]`, byte offset, 'argument #i') of a device-memory finding."""
+    nb = int(f.buf)
+    if not 0 <= nb < len(arrays):
+        return "device memory", int(f.offset), "an argument"
+    i, a = arrays[nb]
+    name = k.params[i].name or f"argument #{i}"
+    off = int(f.offset)
+    item = a.dtype.itemsize
+    return (f"{name}[{off // item}]" if off % item == 0 else f"{name} (byte {off})"), off, f"argument #{i}"
+
+
+def _device_race_text(k: Kernel, f: rt.EmuFinding, arrays: list[tuple[int, DeviceArray]], at1: str, at2: str,
+                      l1: int, l2: int) -> tuple[str, str]:
+    """The report of a race on device memory and its variable name."""
+    var, _, arg = _device_place(k, f, arrays)
+    t1, t2 = f"thread {_s(f.t1)} of block {_s(f.block1)}", f"thread {_s(f.t2)} of block {_s(f.block)}"
+    same_block = tuple(f.block1) == tuple(f.block)
+    atomic = bool(f.flags & (rt.FF_ATOMIC | rt.FF_ATOMIC_LATER))
+    if f.kind == rt.F_RAW:
+        what = f"{t2} reads it at {at2} while {t1} wrote it at {at1}"
+    elif f.kind == rt.F_WAR:
+        what = f"{t2} writes it at {at2} while {t1} reads it at {at1}"
+    elif f.flags & rt.FF_ATOMIC:
+        what = f"{t2} writes it with a plain store at {at2} while {t1} updates it atomically at {at1}"
+    elif atomic:
+        what = f"{t2} updates it atomically at {at2} while {t1} writes it with a plain store at {at1}"
+    elif f.flags & rt.FF_BENIGN:
+        what = f"{t1} (at {at1}) and {t2} (at {at2}) both write it, the same value"
+    else:
+        what = f"{t1} (at {at1}) and {t2} (at {at2}) both write it"
+    kind = {rt.F_RAW: "read-after-write", rt.F_WAR: "write-after-read"}.get(f.kind, "write-after-write")
+    text = (f"device-memory race ({kind}) on `{var}` ({arg}): {what}, and nothing orders the two accesses")
+    if same_block:
+        text += (f" (no __syncthreads() between them in block {_s(f.block)})" if f.t1[:] != f.t2[:] else "")
+    else:
+        text += "; threads of different blocks are never ordered within a launch"
+    if f.flags & rt.FF_BENIGN:
+        text += (". Both stored the same value, so nothing is lost this time; still, let one thread write it "
+                 "(or use atomicExch)")
+    elif l1 == l2 or f.kind != rt.F_WAR and atomic or f.kind == rt.F_RAW:
+        text += (". Threads that add into one element need atomicAdd (a plain `+=` is a load and a store: on a "
+                 "GPU concurrent updates are lost), or give each thread its own element and combine the partial "
+                 "results with a reduction" + ("" if same_block else " or a second launch"))
+    else:
+        text += (". Give each element a single writer, or separate the phases with __syncthreads() (within a "
+                 "block) or with a second launch (across blocks)")
+    if f.flags & rt.FF_FENCE:
+        text += (". The kernel calls __threadfence(): a fence orders one thread's own writes as others see them, "
+                 "it does not order plain accesses of different blocks (only atomics or a second launch do)")
+    return text, var
+
+
+def _findings(k: Kernel, loaded: _Loaded, res: rt.EmuResult,
+              arrays: list[tuple[int, DeviceArray]] | None = None) -> KernelFault | None:
+    """The check mode's findings as one KernelFault; None (and a RaceWarning) when all of them are
+    benign same-value writes to device memory."""
+    arrays = arrays or []
     items = [res.findings[i] for i in range(res.n_findings)]
     pcs: list[int] = []
     for f in items:
@@ -675,6 +769,15 @@ def _findings(k: Kernel, loaded: _Loaded, res: rt.EmuResult) -> KernelFault:
         dyn_name = info.dyn_shared_names[0]
     for n, f in enumerate(items):
         (f1, l1), (f2, l2) = lines[2 * n], lines[2 * n + 1]
+        if f.space == 2:
+            text, var = _device_race_text(k, f, arrays, f"{f1}:{l1}" if l1 else "?", f"{f2}:{l2}" if l2 else "?",
+                                          l1, l2)
+            out.append(text)
+            found.append({"kind": _KIND.get(f.kind, "?"), "variable": var, "offset": int(f.offset),
+                          "thread": _t(f.t2), "other_thread": _t(f.t1), "block": _t(f.block),
+                          "other_block": _t(f.block1), "file": f2, "line": l2, "other_line": l1,
+                          "space": "device", "benign": bool(f.flags & rt.FF_BENIGN)})
+            continue
         if f.space == 0:
             var, off = loaded.var_at(int(f.offset))
         else:
@@ -711,10 +814,18 @@ def _findings(k: Kernel, loaded: _Loaded, res: rt.EmuResult) -> KernelFault:
         out.append(text)
         found.append({"kind": kind, "variable": var, "offset": off, "thread": _t(f.t2), "other_thread": _t(f.t1),
                       "block": _t(f.block), "file": f2, "line": l2, "other_line": l1})
+    if all(fd.get("benign") for fd in found):
+        warnings.warn(RaceWarning(f"check mode: kernel '{k.name}': " + "; ".join(out[:4])), stacklevel=3)
+        return None
+    seen: set[str] = set()  # one report per text (an atomicAdd's load and its compare-and-swap, ...)
+    keep = [n for n, fd in enumerate(found) if not fd.get("benign") and not (out[n] in seen or seen.add(out[n]))]
+    out, found = [out[n] for n in keep], [found[n] for n in keep]
+    items = [items[n] for n in keep]
     total = int(res.n_findings_total)
     msg = (f"check mode found {len(items)} problem(s) in kernel '{k.name}'"
            + (f" ({total} racy or uninitialised accesses in all)" if total > len(items) else "") + ":\n  - "
            + "\n  - ".join(out[:12]))
     first = found[0]
+    kind = "device-race" if first.get("space") == "device" else first["kind"]
     return KernelFault(msg, kernel=k.name, block=first["block"], thread=first["thread"], file=first["file"],
-                       line=first["line"], kind=first["kind"], findings=found)
+                       line=first["line"], kind=kind, findings=found)

@@ -21,6 +21,7 @@ class EmuFinding(ctypes.Structure):
         ("kind", ctypes.c_int), ("space", ctypes.c_int), ("offset", c_ll),
         ("t1", c_u * 3), ("t2", c_u * 3), ("block", c_u * 3),
         ("pc1", c_ull), ("pc2", c_ull), ("vol", ctypes.c_int), ("same_warp", ctypes.c_int),
+        ("buf", ctypes.c_int), ("block1", c_u * 3), ("flags", ctypes.c_int),
     ]
 
 
@@ -61,9 +62,11 @@ class EmuLaunch(ctypes.Structure):
 
 
 # EmuResult.kind
-OK, SIGNAL, ASSERT, TRAP, BARRIER, STACK, DYNSMEM, OOB, WARP, INTERNAL, SHARED_OOB, STOP = range(12)
+OK, SIGNAL, ASSERT, TRAP, BARRIER, STACK, DYNSMEM, OOB, WARP, INTERNAL, SHARED_OOB, STOP, MISALIGNED = range(13)
 # EmuFinding.kind
 F_RAW, F_WAR, F_WAW, F_UNINIT, F_ASYNC = 1, 2, 3, 4, 5
+# EmuFinding.flags
+FF_BENIGN, FF_ATOMIC, FF_FENCE, FF_ATOMIC_LATER = 1, 2, 4, 8
 
 
 def lib() -> ctypes.CDLL:

@@ -505,7 +505,9 @@ def test_endless_loops_are_stopped_by_the_time_limit(kernel: str, workers: int) 
         m.get_function(kernel)((4,), (64,), (emu.zeros(64), np.int32(5) if kernel != "spin" else np.int64(5)))
     assert time.perf_counter() - t0 < 5
     e = ei.value
-    assert e.kind == "timeout" and e.line == line_of(LOOPS, "spin" if kernel == "spin" else "wait")
+    # the for loop's header or its body (line + 1): where the compiler's code for the endless loop lies
+    first = line_of(LOOPS, "spin" if kernel == "spin" else "wait")
+    assert e.kind == "timeout" and e.line in ((first, first + 1) if kernel == "spin" else (first,)), str(e)
     assert e.thread is not None and e.block is not None
     still_works()
 

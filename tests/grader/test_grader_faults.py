@@ -24,9 +24,14 @@ KERNELS = {
         __shared__ float s[32];
         s[threadIdx.x] = x[threadIdx.x];
         if (threadIdx.x > 0) x[threadIdx.x] = s[threadIdx.x - 1]; }''', 32, True),
+    "device-race": (r'''extern "C" __global__ void k(float* x) { x[0] += 1.0f; }''', 32, True),
+    "misaligned": (r'''extern "C" __global__ void k(float* x) {
+        float4 v = reinterpret_cast<const float4*>(x + 1)[0];
+        x[threadIdx.x] = v.x; }''', 32, False),
 }
 HEADLINES = {"out-of-bounds": "out-of-bounds memory access", "barrier-divergence": "barrier divergence",
-             "warp": "warp primitive misuse", "read-after-write": "shared-memory race"}
+             "warp": "warp primitive misuse", "read-after-write": "shared-memory race",
+             "device-race": "device-memory race", "misaligned": "misaligned address"}
 
 
 def _launch(src: str, threads: int, check: bool, grid: int = 1) -> None:

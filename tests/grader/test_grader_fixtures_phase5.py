@@ -211,15 +211,17 @@ def test_tiled_rung_that_is_only_coalesced_fails_the_speed_up(tmp_path):
     assert check["result"] == "FAIL" and needed in check["reason"], check
 
 
-@pytest.mark.gpu
-def test_float4_loads_of_misaligned_rows_fault_on_a_gpu(tmp_path):
+@pytest.mark.parametrize("device", [pytest.param("emu", marks=needs_emu), pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_float4_loads_of_misaligned_rows_fault(tmp_path, device):
     """Rung 9 checks A's alignment by its rows of K floats even when A is stored transposed (rows of M): with
-    M = 129 the float4 loads are misaligned, which a GPU faults on and the emulator cannot see."""
+    M = 129 the float4 loads are misaligned, which a GPU faults on, and so does the emulator."""
     files = solution_sources()
     files["gemm.cu"] = replace_once(files["gemm.cu"],
                                     "const bool vec_a = TA ? rows_aligned(A, M) : rows_aligned(A, K);",
                                     "const bool vec_a = rows_aligned(A, K);")
     report = grade(tmp_path, files, "--no-notebook", "-k",
-                   "test_transposed_operands and double_buffered and At-129-16-130", device="cuda")
+                   "test_transposed_operands and double_buffered and At-129-16-130", device=device)
     checks = results(report, "test_transposed_operands")
     assert checks and all(c["result"] != "PASS" and "misaligned" in c["reason"].lower() for c in checks), checks
+    if device == "emu":
+        assert all("gemm.cu:" in c["reason"] and "`float4`" in c["reason"] for c in checks), checks

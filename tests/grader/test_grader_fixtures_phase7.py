@@ -178,16 +178,23 @@ def test_eps_outside_the_square_root_and_a_result_overwritten_from_the_host_are_
     assert replay["result"] == "FAIL" and "holds values your kernels did not compute" in replay["reason"], replay
 
 
-def test_softmax_over_the_wrong_axis_and_a_missing_barrier_are_rejected(tmp_path):
+def test_softmax_over_the_wrong_axis_a_missing_barrier_and_plain_adds_are_rejected(tmp_path):
     """- softmax_forward normalises each column (a key over the queries) instead of each row;
-    - bmm without its second __syncthreads(): the next tiles overwrite shared memory still being read."""
+    - bmm without its second __syncthreads(): the next tiles overwrite shared memory still being read;
+    - a plain `+=` where threads of different blocks add into one element (embedding_backward, sum_squares): the
+      emulator runs them one after the other and loses no update, so the values pass; its check mode reports the
+      race (the same mistakes fail on a GPU by their values: tests/grader/test_grader_fixtures_gpu.py)."""
+    from tests.grader.test_grader_fixtures_gpu import NON_ATOMIC_ADDS
+
     files = solution_sources()
+    for name, old, new, _, _ in NON_ATOMIC_ADDS.values():
+        files[name] = replace_once(files[name], old, new)
     cu = files["attention.cu"]
     begin, end = solution_region(cu, 'extern "C" __global__ void softmax_forward')
     cu = cu[:begin] + "    // ### BEGIN SOLUTION\n" + WRONG_AXIS_BODY + "    // ### END SOLUTION\n" + cu[end:]
     files["attention.cu"] = replace_once(cu, BMM_SECOND_BARRIER, "")
     report = grade(tmp_path, files, "-k", "(test_softmax_forward_values and (31- or 1-full)) or "
-                                          "test_bmm_has_no_shared_memory_race")
+                                          "test_bmm_has_no_shared_memory_race or device_memory_race")
     by_name = {c["name"]: c for c in results(report, "test_softmax_forward_values")}
     for name in ("test_softmax_forward_values[31-full]", "test_softmax_forward_values[31-causal]"):
         check = by_name[name]
@@ -196,6 +203,11 @@ def test_softmax_over_the_wrong_axis_and_a_missing_barrier_are_rejected(tmp_path
     [race] = results(report, "test_bmm_has_no_shared_memory_race")
     assert race["result"] in ("FAIL", "CRASH") and "shared-memory race" in race["reason"], race
     assert "__syncthreads() is missing" in race["reason"] and "attention.cu:" in race["reason"], race
+    for test, file in (("test_embedding_backward_has_no_device_memory_race", "embedding.cu"),
+                       ("test_clip_sum_of_squares_has_no_device_memory_race", "clip.cu")):
+        [check] = results(report, test)
+        assert check["result"] in ("FAIL", "CRASH") and "device-memory race" in check["reason"], check
+        assert "atomicAdd" in check["reason"] and f"{file}:" in check["reason"], check
 
 
 # ---------------------------------------------------------------- the deliverable

@@ -46,6 +46,7 @@ enum {
   EMU_ERR_INTERNAL = 9,
   EMU_ERR_SHARED_OOB = 10,  // check mode: outside every static __shared__ variable
   EMU_ERR_STOP = 11,        // interrupted (extra 1: SIGINT) or timed out (extra 2)
+  EMU_ERR_MISALIGNED = 12,  // an access not aligned to its type's alignment (extra: the alignment; msg: the type)
 };
 
 enum { EMU_F_RAW = 1, EMU_F_WAR = 2, EMU_F_WAW = 3, EMU_F_UNINIT = 4,
@@ -53,13 +54,21 @@ enum { EMU_F_RAW = 1, EMU_F_WAR = 2, EMU_F_WAW = 3, EMU_F_UNINIT = 4,
 
 struct EmuFinding {
   int kind;
-  int space;              // 0: static __shared__ (offset from the TLS anchor), 1: dynamic shared
+  int space;              // 0: static __shared__ (offset from the TLS anchor), 1: dynamic shared, 2: device
   long long offset;
   unsigned int t1[3], t2[3], block[3];
   unsigned long long pc1, pc2;   // pc1: earlier access, pc2: the access that found the problem
   int vol;                       // one of the accesses was volatile
   int same_warp;
+  // device memory (space 2): offset is from the start of the launch's array number 'buf'; the two
+  // threads may be in different blocks (block1: the earlier access's block)
+  int buf;
+  unsigned int block1[3];
+  int flags;                     // EMU_FF_*
 };
+
+// same value written; the earlier access is an atomic; __threadfence() ran; the later access is an atomic
+enum { EMU_FF_BENIGN = 1, EMU_FF_ATOMIC = 2, EMU_FF_FENCE = 4, EMU_FF_ATOMIC_LATER = 8 };
 
 #define EMU_MAX_FINDINGS 32
 

@@ -282,14 +282,20 @@ struct K<F, void (*)(A...)> {
         for (unsigned y = 0; y < by; y++)
           for (unsigned x = 0; x < bx; x++, i++) {
             c->tid_linear = i;
-            c->threadIdx = uint3{x, y, z};
+            // one field at a time: a whole uint3 is assembled on the stack when the kernel is
+            // compiled with -fsanitize=alignment, and reloading it stalls store forwarding
+            c->threadIdx.x = x;
+            c->threadIdx.y = y;
+            c->threadIdx.z = z;
             F(std::get<I>(t)...);
           }
     } else {
       for (unsigned k = 0; k < c->nthreads; k++) {
         unsigned i = order[k];
         c->tid_linear = i;
-        c->threadIdx = uint3{i % bx, (i / bx) % by, i / (bx * by)};
+        c->threadIdx.x = i % bx;
+        c->threadIdx.y = (i / bx) % by;
+        c->threadIdx.z = i / (bx * by);
         F(std::get<I>(t)...);
       }
     }

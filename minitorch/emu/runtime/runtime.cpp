@@ -6,6 +6,7 @@
 #include "emu_abi.h"
 
 #include <errno.h>
+#include <link.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -198,6 +199,28 @@ struct Shadow {
   Acc w, r1, r2;
 };
 
+// Check-mode shadow of device memory: one entry per 4 bytes of each array a launch touches (an
+// anonymous mapping per array, so only the pages of touched addresses cost memory), reset per launch.
+// Threads are named by (block, thread); accesses of one block are ordered by its barriers (epoch)
+// and warp primitives (wsync); accesses of different blocks never are.
+struct GAcc {
+  uint32_t epoch;   // 0: none
+  uint32_t block;   // linear block index
+  uint16_t bits;    // bits 0-9: linear thread index, bit 10: atomic, bits 11-14: the bytes of the word
+  uint16_t wsync;
+  int32_t pc;       // relative to the kernel's entry (run1)
+};
+struct GShadow {
+  GAcc w, r;        // the last write (or atomic), a read not ordered before the later ones
+};
+struct GPending {   // a write that races with another write: benign if it stores the value already there
+  int on;
+  uintptr_t addr;
+  size_t n;
+  unsigned char old[16];
+  EmuFinding f;
+};
+
 struct Worker {
   EmuCtx ctx;
   const EmuLaunch* L;
@@ -248,6 +271,12 @@ struct Worker {
   uintptr_t st_lo = 0, st_hi = 0;
   uintptr_t rz_lo = 0, rz_hi = 0;   // static shared red zone: the TLS block +- 256 bytes
   uint64_t rng = 1;
+  std::vector<GShadow*> gsh;         // per launch array: shadow of its whole mapping [buf_lo, buf_hi)
+  std::vector<size_t> gsh_len;
+  std::vector<int> gsh_owner;        // views of one mapping share the first one's shadow
+  std::vector<std::pair<GShadow*, size_t>> gsh_spare;  // small shadows kept (zeroed) for the next launches
+  int saw_fence = 0;
+  GPending pend;
 };
 
 static thread_local Worker* tls_worker = nullptr;
@@ -795,6 +824,26 @@ static void on_signal(int sig, siginfo_t* si, void* ucv) {
 static int stop_sig() { return SIGRTMIN + 4; }
 static struct sigaction g_old_int, g_old_stop;
 
+// The kernel module's code, so that a time-out stops the thread in the learner's code, not inside a
+// library call (__tls_get_addr behind every threadIdx read) whose address names no line: the
+// watchdog signals again 50 ms later (a few times at most).
+static uintptr_t g_mod_lo = 0, g_mod_hi = 0;
+static std::atomic<int> g_stop_defer{0};
+
+static int find_module_text(struct dl_phdr_info* info, size_t, void* data) {
+  uintptr_t pc = *(uintptr_t*)data;
+  for (int i = 0; i < info->dlpi_phnum; i++) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    uintptr_t lo = info->dlpi_addr + ph.p_vaddr, hi = lo + ph.p_memsz;
+    if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X) && pc >= lo && pc < hi) {
+      g_mod_lo = lo;
+      g_mod_hi = hi;
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static void on_stop(int sig, siginfo_t*, void* ucv) {
   if (!g_stop) g_stop = sig == SIGINT ? 1 : 2;
   Worker* w = tls_worker;
@@ -807,6 +856,7 @@ static void on_stop(int sig, siginfo_t*, void* ucv) {
 #else
   (void)ucv;
 #endif
+  if (g_mod_hi && (pc < g_mod_lo || pc >= g_mod_hi) && g_stop_defer.fetch_add(1) < 10) return;
   stop_now(w, pc);
 }
 
@@ -909,8 +959,181 @@ static inline bool in_static_var(Worker* w, uintptr_t a, size_t n) {
   return true;
 }
 
-__attribute__((noinline)) static void check_slow(Worker* w, uintptr_t a, size_t n, bool write, uintptr_t pc, int vol) {
+// ---- device memory ------------------------------------------------------------------------
+static inline uint32_t cur_block(Worker* w) {
+  const EmuCtx& c = w->ctx;
+  return c.blockIdx.x + c.gridDim.x * (c.blockIdx.y + c.gridDim.y * c.blockIdx.z);
+}
+
+static inline bool g_ordered(Worker* w, const GAcc& a, uint32_t blk, uint16_t tid) {
+  if (a.epoch == 0) return true;
+  if (a.block != blk) return false;            // threads of different blocks: never ordered in a launch
+  if (a.epoch != w->epoch) return true;        // a barrier of the block in between
+  unsigned t = a.bits & 1023u;
+  if (t == tid) return true;
+  return t / 32 == tid / 32 && w->warps[tid / 32].wsync != a.wsync;  // a warp primitive in between
+}
+
+static void add_gfinding(Worker* w, int kind, int buf, long long off, const GAcc& a, uint16_t tid, uintptr_t pc,
+                         int flags) {
+  EmuResult* R = w->R;
+  R->n_findings_total++;
+  uintptr_t base = (uintptr_t)w->L->run1;
+  uintptr_t pc1 = base + a.pc;
+  for (int i = 0; i < R->n_findings; i++) {
+    const EmuFinding& F = R->findings[i];
+    if (F.space == 2 && F.kind == kind && F.pc2 == pc && F.pc1 == pc1 && (F.flags & EMU_FF_BENIGN) == (flags & EMU_FF_BENIGN))
+      return;
+  }
+  if (R->n_findings >= EMU_MAX_FINDINGS) return;
+  EmuFinding& F = R->findings[R->n_findings++];
+  memset(&F, 0, sizeof F);
+  F.kind = kind;
+  F.space = 2;
+  F.buf = buf;
+  F.offset = off;
+  uint3 t2 = lin2tid(w, tid), t1 = lin2tid(w, a.bits & 1023u);
+  F.t1[0] = t1.x; F.t1[1] = t1.y; F.t1[2] = t1.z;
+  F.t2[0] = t2.x; F.t2[1] = t2.y; F.t2[2] = t2.z;
+  F.block[0] = w->ctx.blockIdx.x; F.block[1] = w->ctx.blockIdx.y; F.block[2] = w->ctx.blockIdx.z;
+  unsigned gx = w->ctx.gridDim.x, gy = w->ctx.gridDim.y;
+  F.block1[0] = a.block % gx; F.block1[1] = (a.block / gx) % gy; F.block1[2] = a.block / (gx * gy);
+  F.same_warp = a.block == cur_block(w) && (a.bits & 1023u) / 32 == tid / 32;
+  F.pc1 = pc1;
+  F.pc2 = pc;
+  F.flags = flags | ((a.bits >> 10) & 1 ? EMU_FF_ATOMIC : 0);
+}
+
+// The value a racing write stored is known only after it ran: compare it at the next hook.
+static void resolve_pending(Worker* w) {
+  GPending& p = w->pend;
+  p.on = 0;
+  EmuResult* R = w->R;
+  int benign = memcmp((const void*)p.addr, p.old, p.n) == 0;
+  R->n_findings_total++;
+  for (int i = 0; i < R->n_findings; i++) {
+    const EmuFinding& F = R->findings[i];
+    if (F.space == 2 && F.kind == p.f.kind && F.pc2 == p.f.pc2 && F.pc1 == p.f.pc1 && (F.flags & EMU_FF_BENIGN) == benign)
+      return;
+  }
+  if (R->n_findings >= EMU_MAX_FINDINGS) return;
+  R->findings[R->n_findings] = p.f;
+  R->findings[R->n_findings++].flags |= benign ? EMU_FF_BENIGN : 0;
+}
+
+static void device_access(Worker* w, int buf, uintptr_t a, size_t n, bool write, bool atomic, uintptr_t pc) {
+  const EmuLaunch* L = w->L;
+  int own = w->gsh_owner[buf];
+  uintptr_t lo = L->buf_lo[own];
+  if (!w->gsh[own]) {
+    size_t len = (L->buf_hi[own] - lo + 3) / 4 * sizeof(GShadow);
+    for (size_t i = 0; i < w->gsh_spare.size(); i++)
+      if (w->gsh_spare[i].second >= len) {  // warm in the cache, unlike fresh pages
+        w->gsh[own] = w->gsh_spare[i].first;
+        w->gsh_len[own] = w->gsh_spare[i].second;
+        w->gsh_spare.erase(w->gsh_spare.begin() + i);
+        break;
+      }
+    if (!w->gsh[own]) {
+      void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (m == MAP_FAILED) return;  // no room for a shadow: this array goes unchecked
+      w->gsh[own] = (GShadow*)m;
+      w->gsh_len[own] = len;
+    }
+  }
+  GShadow* sh = w->gsh[own];
+  uint32_t blk = cur_block(w);
+  uint16_t tid = (uint16_t)w->ctx.tid_linear;
+  uint16_t wsync = w->warps.empty() ? (uint16_t)0 : w->warps[tid / 32].wsync;
+  int32_t rel = (int32_t)(pc - (uintptr_t)L->run1);
+  uintptr_t data = L->buf_data[buf];
+  uintptr_t hi = a + n > L->buf_hi[own] ? L->buf_hi[own] : a + n;
+  for (uintptr_t x = a & ~(uintptr_t)3; x < hi; x += 4) {
+    unsigned first = x < a ? (unsigned)(a - x) : 0u, end = x + 4 > a + n ? (unsigned)(a + n - x) : 4u;
+    unsigned m = ((1u << end) - 1) & ~((1u << first) - 1);  // the bytes of this word the access covers
+    GShadow& s = sh[(x - lo) / 4];
+    GAcc me{w->epoch, blk, (uint16_t)(tid | (atomic ? 1u << 10 : 0) | (m << 11)), wsync, rel};
+    long long off = (long long)(x < a ? a : x) - (long long)data;
+    bool wconf = s.w.epoch && ((s.w.bits >> 11) & m) && !g_ordered(w, s.w, blk, tid);
+    bool w_atomic = (s.w.bits >> 10) & 1;
+    if (atomic) {
+      // atomics among themselves are fine; an atomic and another thread's plain write race
+      if (wconf && !w_atomic) { add_gfinding(w, EMU_F_WAW, buf, off, s.w, tid, pc, EMU_FF_ATOMIC_LATER); return; }
+      // A plain write stays the one later atomics are checked against, even after its own thread's
+      // atomics of the same interval: another thread's atomic must still see it.
+      bool own = s.w.block == blk && s.w.epoch == w->epoch && (s.w.bits & 1023u) == tid;
+      if (w_atomic || !s.w.epoch || (!own && g_ordered(w, s.w, blk, tid))) s.w = me;
+    } else if (!write) {
+      if (wconf && !w_atomic) { add_gfinding(w, EMU_F_RAW, buf, off, s.w, tid, pc, 0); return; }
+      if (!s.r.epoch || g_ordered(w, s.r, blk, tid)) s.r = me;
+    } else {
+      if (wconf) {
+        if (!w_atomic && n <= sizeof w->pend.old && !w->pend.on) {
+          // a plain write over another thread's plain write: benign if both store the same value
+          GPending& p = w->pend;
+          p.on = 1;
+          p.addr = a;
+          p.n = n;
+          memcpy(p.old, (const void*)a, n);
+          EmuResult* R = w->R;
+          int keep = R->n_findings;
+          long long total = R->n_findings_total;
+          add_gfinding(w, EMU_F_WAW, buf, off, s.w, tid, pc, 0);
+          if (R->n_findings > keep) { p.f = R->findings[keep]; R->n_findings = keep; }
+          else p.on = 0;  // already reported (or no room)
+          R->n_findings_total = total;
+        } else {
+          add_gfinding(w, EMU_F_WAW, buf, off, s.w, tid, pc, 0);
+        }
+        s.w = me;
+        return;
+      }
+      if (s.r.epoch && ((s.r.bits >> 11) & m) && !g_ordered(w, s.r, blk, tid)) {
+        add_gfinding(w, EMU_F_WAR, buf, off, s.r, tid, pc, 0);
+        s.w = me;
+        return;
+      }
+      s.w = me;
+    }
+  }
+}
+
+static void device_shadow_begin(Worker* w) {
+  const EmuLaunch* L = w->L;
+  w->gsh.assign(L->n_bufs, nullptr);
+  w->gsh_len.assign(L->n_bufs, 0);
+  w->gsh_owner.resize(L->n_bufs);
+  for (int i = 0; i < L->n_bufs; i++) {
+    w->gsh_owner[i] = i;
+    for (int j = 0; j < i; j++)
+      if (L->buf_lo[j] == L->buf_lo[i] && L->buf_hi[j] == L->buf_hi[i]) { w->gsh_owner[i] = j; break; }
+  }
+  w->saw_fence = 0;
+  w->pend.on = 0;
+}
+
+static void device_shadow_end(Worker* w) {
+  if (w->pend.on) resolve_pending(w);
+  if (w->saw_fence)
+    for (int i = 0; i < w->R->n_findings; i++)
+      if (w->R->findings[i].space == 2) w->R->findings[i].flags |= EMU_FF_FENCE;
+  const size_t SPARE_MAX = 1u << 20, SPARE_KEPT = 16;
+  for (size_t i = 0; i < w->gsh.size(); i++) {
+    if (!w->gsh[i]) continue;
+    if (w->gsh_len[i] <= SPARE_MAX && w->gsh_spare.size() < SPARE_KEPT) {
+      memset((void*)w->gsh[i], 0, w->gsh_len[i]);
+      w->gsh_spare.emplace_back(w->gsh[i], w->gsh_len[i]);
+    } else {
+      munmap(w->gsh[i], w->gsh_len[i]);
+    }
+  }
+  w->gsh.clear();
+}
+
+__attribute__((noinline)) static void check_slow(Worker* w, uintptr_t a, size_t n, bool write, uintptr_t pc, int vol,
+                                                bool atomic) {
   if (w->in_kernel == 0) return;
+  if (w->pend.on) resolve_pending(w);
   if (a + n > w->rz_lo && a < w->rz_hi && !in_static_var(w, a, n)) {
     // Heap objects that instrumented code legitimately reads may sit next to the TLS block.
     uintptr_t anchor = (uintptr_t)w->tls_anchor;
@@ -946,22 +1169,43 @@ __attribute__((noinline)) static void check_slow(Worker* w, uintptr_t a, size_t 
     if (a + n > L->buf_lo[i] && a < L->buf_hi[i] && (a < d || a + n > e))
       oob_fault(w, EMU_ERR_OOB, a, (long long)(a - d), i, write, pc);
   }
+  for (int i = 0; i < L->n_bufs; i++)
+    if (a >= L->buf_data[i] && a + n <= L->buf_data[i] + L->buf_nbytes[i]) {
+      device_access(w, i, a, n, write, atomic, pc);
+      return;
+    }
 }
 
-static inline void chk(uintptr_t a, size_t n, bool write, uintptr_t pc, int vol = 0) {
+static inline void chk(uintptr_t a, size_t n, bool write, uintptr_t pc, int vol = 0, bool atomic = false) {
   Worker* w = g_check_worker;
   if (__builtin_expect(w == nullptr, 0)) return;
-  // Fast path: outside every region of interest.
+  // Fast paths: inside a device array of the launch (shadowed), or outside every region of interest.
   if (a + n <= w->rz_lo || a >= w->rz_hi) {
     if (a + n <= (uintptr_t)w->arena || a >= (uintptr_t)w->dyn_lo + w->dyn_size) {
       const EmuLaunch* L = w->L;
       bool near = false;
-      for (int i = 0; i < L->n_bufs; i++)
-        if (a + n > L->buf_lo[i] && a < L->buf_hi[i] && (a < L->buf_data[i] || a + n > L->buf_data[i] + L->buf_nbytes[i])) near = true;
-      if (!near) return;
+      for (int i = 0; i < L->n_bufs; i++) {
+        if (a >= L->buf_data[i] && a + n <= L->buf_data[i] + L->buf_nbytes[i] && w->in_kernel) {
+          if (w->pend.on) resolve_pending(w);
+          if (!write && !atomic && (a & 3) + n <= 4) {
+            // The common read: nothing written there in this launch, and a read of this barrier interval
+            // of the block already recorded: nothing to report, nothing to record.
+            int own = w->gsh_owner[i];
+            const GShadow* sh = w->gsh[own];
+            if (sh) {
+              const GShadow& s = sh[(a - L->buf_lo[own]) / 4];
+              if (s.w.epoch == 0 && s.r.epoch == w->epoch && s.r.block == cur_block(w)) return;
+            }
+          }
+          device_access(w, i, a, n, write, atomic, pc);
+          return;
+        }
+        if (a + n > L->buf_lo[i] && a < L->buf_hi[i]) near = true;  // out of bounds
+      }
+      if (!near && !w->pend.on) return;
     }
   }
-  check_slow(w, a, n, write, pc, vol);
+  check_slow(w, a, n, write, pc, vol, atomic);
 }
 
 #define RA ((uintptr_t)__builtin_return_address(0))
@@ -986,7 +1230,10 @@ EXPORT void __tsan_func_entry(void*) {}
 EXPORT void __tsan_func_exit() {}
 EXPORT void __tsan_vptr_update(void*, void*) {}
 EXPORT void __tsan_vptr_read(void*) {}
-EXPORT void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+EXPORT void __tsan_atomic_thread_fence(int) {
+  if (g_check_worker) g_check_worker->saw_fence = 1;  // named in device-memory race reports
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
 EXPORT void __tsan_atomic_signal_fence(int) {}
 
 // Atomics: do the operation for real (blocks may run on several workers). In shared memory an atomic
@@ -1017,7 +1264,7 @@ __attribute__((always_inline)) static inline void atomic_touch(void* a, size_t n
     for (uintptr_t y = x & ~(SG - 1); y < x + n && y < (uintptr_t)w->dyn_lo + w->dyn_size; y += SG)
       shadow_atomic(w, &w->sh_dyn[(y - (uintptr_t)w->dyn_lo) / SG], 1, (long long)(y - (uintptr_t)w->dyn_lo), pc);
   } else {
-    chk(x, n, true, pc);
+    chk(x, n, true, pc, 0, true);
   }
 }
 
@@ -1038,6 +1285,47 @@ TSAN_ATOMIC(8, uint8_t)
 TSAN_ATOMIC(16, uint16_t)
 TSAN_ATOMIC(32, uint32_t)
 TSAN_ATOMIC(64, uint64_t)
+
+// ---------------------------------------------------------------------------------------------
+// Misaligned accesses (always on). Modules are compiled with -fsanitize=alignment: before each typed
+// load or store the compiler tests the address against the type's alignment (float4: 16 bytes) and
+// calls this handler when it fails, where a GPU faults with "misaligned address". libubsan is never
+// linked: the runtime (loaded RTLD_GLOBAL) provides the handler, as it provides the __tsan_* hooks.
+// ---------------------------------------------------------------------------------------------
+struct UbsanLoc { const char* file; uint32_t line, column; };
+struct UbsanType { uint16_t kind, info; char name[1]; };
+struct UbsanMismatch { UbsanLoc loc; const UbsanType* type; unsigned char log_align, check_kind; };
+
+__attribute__((noinline)) static void misaligned(const UbsanMismatch* d, uintptr_t ptr, uintptr_t pc) {
+  Worker* w = tls_worker;
+  if (!w || !w->in_kernel) {
+    fprintf(stderr, "minitorch.emu: misaligned %s of %s at %p (%s:%u) outside a kernel\n",
+            d->check_kind == 1 ? "store" : "load", d->type ? d->type->name : "?", (void*)ptr,
+            d->loc.file ? d->loc.file : "?", d->loc.line);
+    abort();
+  }
+  // Check kinds (UBSan's TypeCheckKind): 0 load, 1 store, others a member access or a reference.
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    EmuResult* R = w->R;
+    if (R->kind == EMU_OK) {
+      R->kind = EMU_ERR_MISALIGNED;
+      cur_ids(w, R->thread, R->block);
+      R->addr = ptr;
+      R->pc = pc;
+      R->extra = 1 << d->log_align;
+      R->is_write = d->check_kind == 1 ? 1 : d->check_kind == 0 ? 0 : -1;
+      R->line = (int)d->loc.line;
+      if (d->loc.file) snprintf(R->file, sizeof R->file, "%s", d->loc.file);
+      snprintf(R->msg, sizeof R->msg, "%s", d->type ? d->type->name : "");
+    }
+  }
+  w->failed = true;
+  to_scheduler(w);
+}
+
+EXPORT void __ubsan_handle_type_mismatch_v1(const UbsanMismatch* d, uintptr_t ptr) { misaligned(d, ptr, RA); }
+EXPORT void __ubsan_handle_type_mismatch_v1_abort(const UbsanMismatch* d, uintptr_t ptr) { misaligned(d, ptr, RA); }
 
 // ---------------------------------------------------------------------------------------------
 // Blocks and launches
@@ -1236,6 +1524,7 @@ static void worker_loop(Worker* w, const EmuLaunch* L, Shared* S) {
     w->rz_hi = (uintptr_t)w->tls_anchor + L->tls_hi_rel + 256;
     w->sh_static.assign((w->st_hi - w->st_lo + SG - 1) / SG, Shadow());
     w->sh_dyn.assign((w->dyn_size + SG - 1) / SG, Shadow());
+    device_shadow_begin(w);
     g_check_worker = w;
   }
   while (!S->abort.load(std::memory_order_relaxed)) {
@@ -1259,6 +1548,7 @@ static void worker_loop(Worker* w, const EmuLaunch* L, Shared* S) {
     if (w->failed) { S->abort.store(1); break; }
   }
   g_check_worker = nullptr;
+  if (L->check) device_shadow_end(w);
   sigaltstack(&old_ss, nullptr);
   tls_worker = nullptr;
 }
@@ -1289,6 +1579,12 @@ EXPORT int emu_launch(const EmuLaunch* L) {
   }
   for (Worker* w : ws) { w->R = R; w->thread = pthread_self(); }
   g_stop = 0;
+  g_mod_lo = g_mod_hi = 0;
+  g_stop_defer = 0;
+  if (L->timeout_ms > 0) {
+    uintptr_t entry = (uintptr_t)L->run1;
+    dl_iterate_phdr(find_module_text, &entry);
+  }
   install_handlers();
   // The watchdog enforces the timeout, and passes a Ctrl-C on to workers that are not the thread
   // that received it. It only signals workers that are still running (checked under wd_mu).
