@@ -66,7 +66,8 @@ Settings (environment, or in code):
   forward, reverse and random schedules and raises ``ScheduleMismatch`` if the results differ,
   which exposes a missing barrier that one order hides. Returns the forward result.
 - ``MINITORCH_EMU_WORKERS=N`` / ``with emu.workers(N):``: blocks run on N threads (default 1,
-  deterministic).
+  deterministic; ``auto`` or 0: one per core, faster, but float ``atomicAdd`` from different blocks
+  then adds in a varying order, as on a GPU).
 - ``MINITORCH_EMU_CACHE``: compile cache directory (default ``~/.cache/minitorch/emu``).
 - ``MINITORCH_EMU_STACK_KB``: stack per CUDA thread (default 32 KB).
 - ``MINITORCH_EMU_TIMEOUT=seconds`` / ``with emu.time_limit(s):``: a launch that runs longer

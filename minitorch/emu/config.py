@@ -18,8 +18,25 @@ def _get(name: str) -> Any:
     return getattr(_over, name, None)
 
 
+# Settings are read on every launch (tests change them between launches). On POSIX, os.environ keeps
+# its entries in a plain dict of bytes (``_data``): reading it directly skips the key and value
+# conversions of ``os.environ.get`` (about a microsecond each, seven times a launch).
+_ENV_DATA: dict | None = getattr(os.environ, "_data", None) if os.name == "posix" else None
+_ENV_KEYS: dict[str, bytes] = {}
+
+
+def _env(key: str, default: str) -> str:
+    if _ENV_DATA is None:
+        return os.environ.get(key, default)
+    k = _ENV_KEYS.get(key)
+    if k is None:
+        k = _ENV_KEYS[key] = key.encode()
+    value = _ENV_DATA.get(k)
+    return default if value is None else value.decode("utf-8", "surrogateescape")
+
+
 def arg_mode() -> str:
-    m = _get("arg_mode") or _global.get("arg_mode") or os.environ.get("MINITORCH_EMU_ARGS", "strict")
+    m = _get("arg_mode") or _global.get("arg_mode") or _env("MINITORCH_EMU_ARGS", "strict")
     m = m.strip().lower()
     if m not in ARG_MODES:
         raise ValueError(f"MINITORCH_EMU_ARGS must be one of {ARG_MODES}, not {m!r}")
@@ -30,24 +47,41 @@ def check_enabled() -> bool:
     v = _get("check")
     if v is not None:
         return bool(v)
-    return os.environ.get("MINITORCH_EMU_CHECK", "").strip().lower() not in ("", "0", "false", "no", "off")
+    return _env("MINITORCH_EMU_CHECK", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 def schedule() -> tuple[str, int]:
     s = _get("schedule")
     if s is not None:
         return s
-    name = os.environ.get("MINITORCH_EMU_SCHEDULE", "forward").strip().lower() or "forward"
+    name = _env("MINITORCH_EMU_SCHEDULE", "forward").strip().lower() or "forward"
     if name not in SCHEDULES:
         raise ValueError(f"MINITORCH_EMU_SCHEDULE must be one of {SCHEDULES}, not {name!r}")
-    return name, int(os.environ.get("MINITORCH_EMU_SEED", "0") or 0)
+    return name, int(_env("MINITORCH_EMU_SEED", "0") or 0)
+
+
+def cores() -> int:
+    """The CPU cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def workers() -> int:
+    """MINITORCH_EMU_WORKERS: threads that run blocks (default 1: results identical run to run; ``auto``
+    or 0: one per core, faster, but float atomicAdd from different blocks may then add in another
+    order, so sums can differ in their last bits from run to run, as on a GPU)."""
     w = _get("workers")
     if w is not None:
         return int(w)
-    return max(1, int(os.environ.get("MINITORCH_EMU_WORKERS", "1") or 1))
+    v = _env("MINITORCH_EMU_WORKERS", "1").strip().lower() or "1"
+    if v in ("auto", "0"):
+        return cores()
+    try:
+        return max(1, int(v))
+    except ValueError:
+        raise ValueError(f"MINITORCH_EMU_WORKERS must be a number of threads or 'auto', not {v!r}") from None
 
 
 def timeout_s() -> float:
@@ -55,7 +89,7 @@ def timeout_s() -> float:
     v = _get("timeout")
     if v is not None:
         return float(v)
-    return max(0.0, float(os.environ.get("MINITORCH_EMU_TIMEOUT", "0") or 0))
+    return max(0.0, float(_env("MINITORCH_EMU_TIMEOUT", "0") or 0))
 
 
 @contextlib.contextmanager
@@ -66,7 +100,7 @@ def time_limit(seconds: float) -> Iterator[None]:
 
 
 def stack_kb() -> int:
-    return max(8, int(os.environ.get("MINITORCH_EMU_STACK_KB", "32") or 32))
+    return max(8, int(_env("MINITORCH_EMU_STACK_KB", "32") or 32))
 
 
 _global: dict[str, Any] = {}
@@ -109,6 +143,8 @@ def schedule_order(name: str, seed: int = 0) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def worker_count(n: int) -> Iterator[None]:
-    with _override("workers", max(1, int(n))):
+def worker_count(n: int | str) -> Iterator[None]:
+    """Run the launches inside the block on ``n`` threads (``"auto"`` or 0: one per core)."""
+    count = cores() if n in ("auto", 0) else max(1, int(n))
+    with _override("workers", count):
         yield

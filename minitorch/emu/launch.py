@@ -314,6 +314,8 @@ class Kernel:
             names = f.param_names
         self.params = parse_desc(loaded.entries[export.index][2], names)
         self._max_dyn = 0
+        self._pointee_ok: dict[tuple[int, np.dtype], bool] = {}
+        self._templates: dict[bool, rt.EmuLaunch] = {}
         self.static_shared = sum(s["size"] for s in loaded.shared_vars
                                  if _owner(s["name"]) in ("", export.base) or _owner(s["name"]) not in info.templates)
 
@@ -349,15 +351,23 @@ class Kernel:
         if len(args) != len(self.params):
             raise TypeError(f"{self.signature} takes {len(self.params)} argument(s), {len(args)} given")
         mode = config.arg_mode()
-        keep: list[Any] = []
         arrays: list[tuple[int, DeviceArray]] = []
-        ptrs = (ctypes.c_void_p * (len(args) + 1))()  # null-terminated
+        # One buffer holds every argument, each in a 16-byte aligned slot at least as large as its
+        # parameter (zero-padded); ptrs[i] points at slot i (null-terminated).
+        slots = []
+        offsets = []
+        at = 0
         for i, (a, p) in enumerate(zip(args, self.params, strict=True)):
             raw = self._pack_one(i, a, p, mode, arrays)
-            buf = ctypes.create_string_buffer(raw + b"\0" * max(0, max(p.size, 8) - len(raw)), max(p.size, 8, len(raw)))
-            keep.append(buf)
-            ptrs[i] = ctypes.cast(buf, ctypes.c_void_p)
-        return ptrs, keep, arrays
+            size = max(p.size, 8, len(raw))
+            size += -size % 16
+            offsets.append(at)
+            slots.append(raw + b"\0" * (size - len(raw)))
+            at += size
+        buf = ctypes.create_string_buffer(b"".join(slots), max(at, 16))
+        base = ctypes.addressof(buf)
+        ptrs = (ctypes.c_void_p * (len(args) + 1))(*[base + off for off in offsets])
+        return ptrs, [buf], arrays
 
     def _mismatch(self, i: int, msg: str, mode: str) -> None:
         if mode == "strict":
@@ -370,7 +380,10 @@ class Kernel:
         if isinstance(a, DeviceArray):
             if p.kind != "p":
                 raise self._arg_error(i, f"a device array was passed but the parameter is `{p.ctype}`, not a pointer")
-            if not pointee_ok(p, a.dtype):
+            ok = self._pointee_ok.get((i, a.dtype))
+            if ok is None:
+                ok = self._pointee_ok[(i, a.dtype)] = pointee_ok(p, a.dtype)
+            if not ok:
                 self._mismatch(i, f"the parameter is `{p.ctype}` ({_expected_dtype(p)} elements) but the array's "
                                   f"dtype is {a.dtype}; convert the host array with .astype(numpy."
                                   f"{_expected_dtype(p)}) before copying it to the device", mode)
@@ -443,35 +456,28 @@ class Kernel:
         loaded = self.module._variant(check)
         ptrs, keep, arrays = self._pack(tuple(args))
         sched, seed = config.schedule()
-        run1, plain, _ = loaded.entries[self.export.index]
-        lp = rt.EmuLaunch()
-        lp.run1, lp.plain, lp.bind = run1, plain, loaded.bind
+        lp = rt.EmuLaunch.from_buffer_copy(self._template(check, loaded))
         lp.args = ctypes.cast(ptrs, ctypes.POINTER(ctypes.c_void_p))
-        lp.grid[:] = list(g)
-        lp.block[:] = list(b)
+        lp.grid[:] = g
+        lp.block[:] = b
         lp.shared_mem = int(shared_mem)
-        lp.use_fibers = 1 if self.export.uses_sync else 0
         lp.schedule = config.SCHEDULES.index(sched)
         lp.seed = seed
         lp.workers = config.workers()
-        lp.check = 1 if check else 0
         lp.stack_kb = config.stack_kb()
-        lp.n_static = len(loaded.shared_vars)
-        lp.static_off = ctypes.cast(loaded.static_off, ctypes.POINTER(ctypes.c_longlong))
-        lp.static_size = ctypes.cast(loaded.static_size, ctypes.POINTER(ctypes.c_longlong))
-        lp.tls_lo_rel, lp.tls_hi_rel = loaded.tls_range
-        lp.pad_lo_end_rel, lp.pad_hi_start_rel = loaded.pad_windows
         lp.timeout_ms = int(config.timeout_s() * 1000)
-        nb = len(arrays)
-        bd = (ctypes.c_ulonglong * max(nb, 1))(*[a.ptr for _, a in arrays])
-        bn = (ctypes.c_ulonglong * max(nb, 1))(*[a.nbytes for _, a in arrays])
-        blo = (ctypes.c_ulonglong * max(nb, 1))(*[a._buf.map_lo + 4096 for _, a in arrays])
-        bhi = (ctypes.c_ulonglong * max(nb, 1))(*[a._buf.map_lo + a._buf.map_len - 4096 for _, a in arrays])
-        lp.n_bufs = nb
-        lp.buf_data, lp.buf_nbytes = ctypes.cast(bd, ctypes.POINTER(ctypes.c_ulonglong)), ctypes.cast(
-            bn, ctypes.POINTER(ctypes.c_ulonglong))
-        lp.buf_lo, lp.buf_hi = ctypes.cast(blo, ctypes.POINTER(ctypes.c_ulonglong)), ctypes.cast(
-            bhi, ctypes.POINTER(ctypes.c_ulonglong))
+        if check:  # the device buffers of this launch: check mode reports an access outside them exactly
+            nb = len(arrays)
+            bd = (ctypes.c_ulonglong * max(nb, 1))(*[a.ptr for _, a in arrays])
+            bn = (ctypes.c_ulonglong * max(nb, 1))(*[a.nbytes for _, a in arrays])
+            blo = (ctypes.c_ulonglong * max(nb, 1))(*[a._buf.map_lo + 4096 for _, a in arrays])
+            bhi = (ctypes.c_ulonglong * max(nb, 1))(*[a._buf.map_lo + a._buf.map_len - 4096 for _, a in arrays])
+            keep += [bd, bn, blo, bhi]
+            lp.n_bufs = nb
+            lp.buf_data, lp.buf_nbytes = ctypes.cast(bd, ctypes.POINTER(ctypes.c_ulonglong)), ctypes.cast(
+                bn, ctypes.POINTER(ctypes.c_ulonglong))
+            lp.buf_lo, lp.buf_hi = ctypes.cast(blo, ctypes.POINTER(ctypes.c_ulonglong)), ctypes.cast(
+                bhi, ctypes.POINTER(ctypes.c_ulonglong))
         res = rt.EmuResult()
         lp.result = ctypes.pointer(res)
         with _launch_lock:
@@ -508,6 +514,23 @@ class Kernel:
                     "(or emu.check_mode()) to learn which thread wrote it.",
                     kernel=self.name, argument=i, argument_name=name or None, offset=off - a._offset,
                     nbytes=a.nbytes, kind="out-of-bounds")
+
+    def _template(self, check: bool, loaded: _Loaded) -> rt.EmuLaunch:
+        """The fields of a launch that depend only on the kernel and the module variant, filled once."""
+        t = self._templates.get(check)
+        if t is None:
+            t = rt.EmuLaunch()
+            t.run1, t.plain, _ = loaded.entries[self.export.index]
+            t.bind = loaded.bind
+            t.use_fibers = 1 if self.export.uses_sync else 0
+            t.check = 1 if check else 0
+            t.n_static = len(loaded.shared_vars)
+            t.static_off = ctypes.cast(loaded.static_off, ctypes.POINTER(ctypes.c_longlong))
+            t.static_size = ctypes.cast(loaded.static_size, ctypes.POINTER(ctypes.c_longlong))
+            t.tls_lo_rel, t.tls_hi_rel = loaded.tls_range
+            t.pad_lo_end_rel, t.pad_hi_start_rel = loaded.pad_windows
+            self._templates[check] = t
+        return t
 
     def _validate(self, g: tuple[int, int, int], b: tuple[int, int, int], shared_mem: int) -> None:
         def bad(msg: str, err: str = "cudaErrorInvalidConfiguration") -> LaunchError:

@@ -34,6 +34,7 @@ from .errors import AllocatorError, OutOfMemoryError
 
 ALIGN = 16
 CANARY = 0xA5
+_CANARY_BYTE = bytes([CANARY])
 FRONT_CANARY = 64   # bytes before the data that are checked after each launch
 TAIL_CANARY = 64    # at most this many bytes after the data (a plain buffer has fewer than ALIGN)
 
@@ -138,13 +139,13 @@ class _Guarded:
         tail = self.tail_len
         if tail:
             raw = ctypes.string_at(self.ptr + self.nbytes, tail)
-            if raw != bytes([CANARY]) * tail:
+            if raw.strip(_CANARY_BYTE):  # anything left is damage (one pass in C)
                 first = next(i for i, b in enumerate(raw) if b != CANARY)
                 return self.nbytes + first
         front = self.front_len
         if front:
             raw = ctypes.string_at(self.ptr - front, front)
-            if raw != bytes([CANARY]) * front:
+            if raw.strip(_CANARY_BYTE):
                 first = next(i for i, b in enumerate(raw) if b != CANARY)
                 return -(front - first)
         return None

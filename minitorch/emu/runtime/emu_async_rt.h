@@ -99,7 +99,7 @@ EXPORT void emu_rt_cp_async(EmuCtx* c, unsigned dst, const void* data, unsigned 
   if (w->L->check) {
     // The copy is a write of the destination, from now until the wait that covers it: it races with
     // unordered earlier accesses (checked now) and with every access before the wait (pending).
-    check_slow(w, (uintptr_t)p, n, true, pc, 0);
+    check_slow(w, (uintptr_t)p, n, true, pc, 0, false);
     for (uintptr_t x = (uintptr_t)p & ~(SG - 1); x < (uintptr_t)p + n; x += SG)
       if (Shadow* s = async_shadow(w, x)) s->pending = 1;
   }
@@ -131,7 +131,7 @@ EXPORT void emu_rt_cp_async_wait(EmuCtx* c, int keep, const char* file, int line
       // after a barrier.
       for (uintptr_t x = (uintptr_t)cp.dst & ~(SG - 1); x < (uintptr_t)cp.dst + cp.n; x += SG)
         if (Shadow* s = async_shadow(w, x)) s->pending = 0;
-      check_slow(w, (uintptr_t)cp.dst, cp.n, true, pc, 0);
+      check_slow(w, (uintptr_t)cp.dst, cp.n, true, pc, 0, false);
     }
   }
   q.resize(kept);
