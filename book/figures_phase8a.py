@@ -182,7 +182,7 @@ def _ladder_figure(results: list[Results]):
                        color=[c for _, _, c in RUNGS])
         cublas = rows[0]["cublas_tflops"]
         ax.axvline(cublas, color="black", ls="--", lw=1.2)
-        ax.text(cublas, -0.6, "cuBLAS ", va="bottom", ha="right", fontsize=9)
+        ax.text(cublas, 0.5, " cuBLAS", va="center", ha="left", fontsize=9)
         for bar, row in zip(bars, rows, strict=True):
             ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {row['ratio']:.2f}",
                     va="center", fontsize=8)
@@ -293,8 +293,9 @@ def _roofline_figure(ref: Results, gbps: float | None):
     fig, ax = plt.subplots(figsize=(8.6, 4.4))
     xs = [2.0 ** e for e in range(2, 15)]
     for key, label, colour in (("wgmma_bf16", "wgmma ceiling", GREEN), ("mma_sync_bf16", "mma.sync ceiling", BLUE)):
-        roof = [min(c[key], gbps / 1e3 * x) if gbps else c[key] for x in xs]
-        ax.plot(xs, roof, color=colour, lw=1.3, ls="--", marker="")
+        pts = sorted(xs + [c[key] / (gbps / 1e3)]) if gbps else xs  # the ridge itself, so the corner is sharp
+        ax.plot(pts, [min(c[key], gbps / 1e3 * x) if gbps else c[key] for x in pts], color=colour, lw=1.3,
+                ls="--", marker="")
         above = key.startswith("wgmma")
         ax.text(xs[-1], c[key] * (1.08 if above else 0.8), label, color=colour, ha="right", fontsize=9)
     if gbps:
@@ -441,7 +442,7 @@ def _count(value: str) -> int:
 
 
 def phase8a_ncu() -> None:
-    names = ["phase8a-ncu-table", "phase8a-ncu-banks", "phase8a-ncu-issue"]
+    names = ["phase8a-ncu-table", "phase8a-ncu-banks", "phase8a-ncu-issue", "phase8a-ncu-rung5"]
     results = all_results()
     reports = ncu_reports(_slug(results[0].path)) if results else {}
     if len(reports) < len(NCU_RUNGS):
@@ -468,13 +469,29 @@ def phase8a_ncu() -> None:
     h5, h6 = _count(vals["rung5"][inst]), _count(vals["rung6"][inst])
     flops = work(4096, 4096, 4096)[0]
     glue_md(names[2], (
-        f"For the same {flops:.3g} FLOP, rung 5 executes {h5:,} tensor instructions ({flops / h5:,.0f} FLOP each: "
+        f"For the same {flops / 1e9:.0f} GFLOP, rung 5 executes {h5:,} tensor instructions ({flops / h5:,.0f} FLOP each: "
         f"one m16n8k16 per warp) and rung 6 {h6:,} ({flops / h6:,.0f} FLOP each: one m64n256k16 for a warpgroup, "
         f"counted once per warp). Rung 5 kept the tensor pipe {vals['rung5'][NCU_METRICS[6][0]]}% active with "
         f"{vals['rung5']['Issue Slots Busy']}% of its issue slots busy; rung 6 kept it "
         f"{vals['rung6'][NCU_METRICS[6][0]]}% active with {vals['rung6']['Issue Slots Busy']}%, and no "
         f"`ldmatrix` at all ({vals['rung6'][wav]} wavefronts): wgmma reads its operands from shared memory "
         f"itself."))
+
+    text5 = reports["rung5"].read_text()
+    cpi = re.search(r"Warp Cycles Per Issued Instruction\s+cycle\s+([\d.]+)", text5)
+    stall = re.search(r"spends ([\d.]+) cycles being stalled waiting on a fixed latency", text5)
+    warps = re.search(r"Theoretical Active Warps per SM\s+warp\s+([\d.]+)", text5)
+    if cpi and stall and warps:
+        per_sched = float(warps.group(1)) / 4  # an H100 or H200 SM has 4 schedulers (warp schedulers)
+        glue_md("phase8a-ncu-rung5", (
+            f"With {vals['rung5']['Registers Per Thread']} registers a thread, an SM holds at most {warps.group(1)} "
+            f"of rung 5's warps, {per_sched:g} for each of its 4 schedulers; a warp issues once every {cpi.group(1)} "
+            f"cycles on average (Nsight Compute attributes {stall.group(1)} of them to waiting on a fixed-latency "
+            f"dependency), so a scheduler issues on about {per_sched:g} / {cpi.group(1)} = "
+            f"{per_sched / float(cpi.group(1)):.0%} of its cycles, the issue slots busy above: few warps, each "
+            f"often waiting."))
+    else:
+        glue_md("phase8a-ncu-rung5", "")
 
 
 # --------------------------------------------------------------------------------------
