@@ -336,6 +336,69 @@ def _pointer(a: Any) -> int | None:
     return int(ptr) if isinstance(ptr, (int, np.integer)) else None
 
 
+# The errors CUDA (and the emulator, which copies its wording) raises for work a graph cannot capture: a copy
+# between host and device, or a wait for the device (every read back to the host waits).
+_CAPTURE_REFUSALS = ("cudaErrorStreamCapture", "operation not permitted when stream is capturing",
+                     "CUDA_ERROR_STREAM_CAPTURE")
+
+
+def _capture_refusal(exc: BaseException | None) -> BaseException | None:
+    """The error in `exc`'s chain that refused work during a graph capture, or None."""
+    while exc is not None:
+        if any(word in str(exc) for word in _CAPTURE_REFUSALS):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _launches_anything(call: Callable[[], Any]) -> bool:
+    """Whether `call`, run eagerly, launches any kernel of the learner's (errors ignored: this only tells a
+    launcher that computes everything on the host from one that copies around its launches)."""
+    from minitorch import kernels
+
+    with kernels.recording() as launches:
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - only the launches matter
+            pass
+    return bool(launches)
+
+
+def run_without_host_transfers(what: str, call: Callable[[], Any]) -> Any:
+    """Run a launcher call so that any copy between host and device inside it is an error, then return
+    what it returned.
+
+    The call is captured into a graph (``minitorch.graph.capture``) and the graph replayed once: a
+    launcher that only checks its arguments and launches kernels does the same work either way, while a
+    host-to-device write (``.set()``, ``asarray`` of a NumPy result, ``copyto`` from the host) or a read back
+    (``.get()``, ``asnumpy``, ``.item()``, a synchronisation) is refused during the capture, as it is in a
+    captured training step, on the emulator and on a GPU alike. A result computed on the host and written
+    over (or instead of) the kernel's is refused even when it equals the kernel's to the last bit, which no
+    comparison of values can tell."""
+    from minitorch import backend, graph
+
+    if backend.get_device() not in ("cuda", "emu"):
+        return launch_checked(what, call)
+    try:
+        captured = launch_checked(what, lambda: graph.capture(call))
+    except GradeError:
+        raise
+    except Exception as exc:
+        refusal = _capture_refusal(exc)
+        if refusal is None:
+            raise
+        if not _launches_anything(call):
+            raise GradeError(f"{what}: no kernel launch was recorded: the result was computed without your "
+                             f"kernels (and copied between the host and the device: {refusal})") from None
+        raise GradeError(
+            f"{what}: the launcher copied data between the host and the device during the call, which a "
+            f"captured step refuses ({refusal}). Its result must come from your kernels, computed on the "
+            f"device: nothing read back (.get(), asnumpy, .item()) or written from the host (.set(), "
+            f"asarray of a NumPy result, copyto) after or instead of the launch") from None
+    launch_checked(what, captured.replay)
+    return captured.output
+
+
 def assert_computed_on_device(what: str, call: Callable[[], Any], inputs: tuple = (), outputs: tuple = (),
                               in_place: tuple = (), *, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     """Run a launcher, then launch the kernels it launched again, by the grader, into fresh buffers, and
@@ -349,7 +412,7 @@ def assert_computed_on_device(what: str, call: Callable[[], Any], inputs: tuple 
 
     before = {_pointer(a): to_host(a).copy() for a in in_place}
     with kernels.recording() as launches:
-        launch_checked(what, call)
+        run_without_host_transfers(what, call)
     if not launches:
         raise GradeError(f"{what}: no kernel launch was recorded: the result was computed without your kernels")
     keep = {_pointer(a) for a in inputs}

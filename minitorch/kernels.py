@@ -361,7 +361,9 @@ def recording() -> Iterator[list[Launch]]:
     try:
         yield launches
     finally:
-        _recordings.remove(launches)
+        # By identity: nested recordings of the same launches are equal lists, and list.remove would take
+        # the outer one (a graph captured inside a recording, say).
+        del _recordings[next(i for i, r in enumerate(_recordings) if r is launches)]
 
 
 class Kernel:
