@@ -347,16 +347,31 @@ class Launch:
 _recordings: list[list[Launch]] = []
 
 
+class _Latest(list):
+    """A list of launches that keeps only the latest `limit` of them."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = max(1, int(limit))
+
+    def append(self, launch: Launch) -> None:
+        super().append(launch)
+        if len(self) > self.limit:
+            del self[0]
+
+
 @contextlib.contextmanager
-def recording() -> Iterator[list[Launch]]:
+def recording(limit: int | None = None) -> Iterator[list[Launch]]:
     """Record every launch made inside the block, in order (the launches still run)::
 
         with kernels.recording() as launches:
             launcher(a, b, out)
         for launch in launches:
             launch.replay({id(out): fresh})
-    """
-    launches: list[Launch] = []
+
+    ``limit``: keep only the latest ``limit`` launches (and the arrays they hold), e.g. to look back at
+    what a long test launched last."""
+    launches: list[Launch] = [] if limit is None else _Latest(limit)
     _recordings.append(launches)
     try:
         yield launches

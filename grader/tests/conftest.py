@@ -40,3 +40,27 @@ def _exact_bounds_on_the_emulator(request):
     with emu.check_mode():
         yield
 
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    """A value check that fails on the emulator is followed by the emulator's own finding, when it has one: the
+    test's latest launches run again in check mode, and a race, a read of shared memory no thread wrote or an
+    out-of-bounds access it reports goes into the failure (and so the hint: the report picks the advice for
+    that kind of fault), instead of advice chosen by the test's name."""
+    from grader import checks
+    from minitorch import kernels
+
+    if item.get_closest_marker("perf") is not None:
+        return (yield)
+    with kernels.recording(limit=32) as launches:
+        try:
+            return (yield)
+        except checks.GradeError as err:
+            text = str(err)
+            if any(f": {headline}:" in text for headline, _ in checks.FAULTS.values()):
+                raise  # the failure is already a kernel fault, reported under its own headline
+            finding = checks.check_mode_finding(launches)
+            if finding is None:
+                raise
+            raise checks.GradeError(f"{text}\n  {finding}") from None

@@ -644,15 +644,75 @@ def test_softmax_forward_values(t, causal):
                   f"softmax_forward of 3 x ({t} x {t}) scores, causal={causal}")
 
 
+def softmax_mistakes(s: np.ndarray, scale: float, causal: bool) -> list[tuple[str, np.ndarray]]:
+    """What the usual mistakes of a softmax give, computed in float32 as a kernel would (exp overflowing to inf
+    past 88.7, inf / inf and 0 / 0 giving NaN): (what went wrong, its output)."""
+    z = s.astype(np.float32) * np.float32(scale)
+    t = s.shape[-1]
+    visible = np.tril(np.ones((t, t), bool)) if causal else np.ones((t, t), bool)
+    out = []
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        e = np.where(visible, np.exp(z), 0).astype(np.float32)
+        out.append(("exp overflows to inf (expf of 89 already is) and inf / inf is NaN: subtract the row's maximum "
+                    "(over the visible keys) before exp", e / e.sum(axis=-1, keepdims=True)))
+        if causal:
+            m = z.max(axis=-1, keepdims=True)
+            e = np.where(visible, np.exp(z - m), 0).astype(np.float32)
+            out.append(("in rows where a masked key's score is far above every visible one, every visible exp "
+                        "underflows to 0 and 0 / 0 is NaN: the maximum was taken over every key, the masked ones "
+                        "too (or the row was normalised over every key and masked after, then normalised again); "
+                        "take the maximum and the sum over keys j <= t only, inside the kernel",
+                        e / e.sum(axis=-1, keepdims=True)))
+            full = np.exp(z - m)
+            out.append(("the softmax was taken over every key and the masked keys zeroed after it (on the host, or "
+                        "after the kernel's sum): a row's probabilities then come from keys it may not see; mask "
+                        "inside the kernel, before the maximum and the sum",
+                        np.where(visible, full / full.sum(axis=-1, keepdims=True), 0).astype(np.float32)))
+    return out
+
+
+def softmax_evidence(got: np.ndarray, s: np.ndarray, scale: float, causal: bool) -> str:
+    """What the output itself shows: which known mistake reproduces it (computed in float32), else the facts
+    (non-finite values and where, masked keys given probability, rows that do not sum to 1)."""
+    for note, alt in softmax_mistakes(s, scale, causal):
+        with np.errstate(invalid="ignore"):
+            if np.allclose(got, alt, rtol=1e-3, atol=1e-6, equal_nan=True):
+                return note
+    t = s.shape[-1]
+    masked = ~np.tril(np.ones((t, t), bool)) if causal else np.zeros((t, t), bool)
+    facts = []
+    bad = ~np.isfinite(got)
+    if bad.any():
+        where = "masked" if (bad & ~masked).sum() == 0 else "visible" if (bad & masked).sum() == 0 else "both"
+        facts.append(f"{int(bad.sum())} values are NaN or infinite (at {where} keys"
+                     + ("" if where == "masked" else f", in {int(bad.any(axis=-1).sum())} rows") + ")")
+    leaked = masked & np.isfinite(got) & (got != 0)
+    if leaked.any():
+        facts.append(f"{int(leaked.sum())} probabilities of masked keys (j > t) are not 0")
+    with np.errstate(invalid="ignore"):
+        sums = np.where(masked, 0, got).sum(axis=-1)
+    off = np.isfinite(sums) & ~np.isclose(sums, 1, rtol=0, atol=1e-4)
+    if off.any():
+        r = tuple(int(i) for i in np.argwhere(off)[0])
+        facts.append(f"{int(off.sum())} rows' visible probabilities do not sum to 1 (row {r}: {float(sums[r]):.6g})")
+    return "; ".join(facts)
+
+
 @SOFTMAX
-@pytest.mark.hint("subtract the row's maximum (over the visible keys) before exp: expf of 100 is already inf")
+@pytest.mark.hint("mask inside the kernel: the maximum, the sum and the probabilities over keys j <= t only, each "
+                  "exponent scale (s - max) <= 0; read the evidence above")
 def test_softmax_large_scores():
     s = (checks.rng("softmax-large").standard_normal((2, 33, 33)) * 1e4).astype(np.float32)
     got = device_softmax(s, 0.25, True)
+    what = "softmax_forward of scores of size 1e4"
     if not np.all(np.isfinite(got)):
-        raise GradeError("softmax_forward of scores of size 1e4: non-finite probabilities (inf / inf or exp "
-                         "overflow): subtract the row's maximum first")
-    check_softmax(got, s, 0.25, True, "softmax_forward of scores of size 1e4")
+        raise GradeError(f"{what}: {int((~np.isfinite(got)).sum())} of {got.size} probabilities are NaN or "
+                         f"infinite: {softmax_evidence(got, s, 0.25, True)}")
+    try:
+        check_softmax(got, s, 0.25, True, what)
+    except GradeError as err:
+        evidence = softmax_evidence(got, s, 0.25, True)
+        raise GradeError(f"{err}\n  {evidence}" if evidence and evidence not in str(err) else str(err)) from None
 
 
 @SOFTMAX_BWD
@@ -903,8 +963,22 @@ def test_clip_in_a_captured_graph():
                       f"a replay of a captured clip_grad_norm_ (norm {expected:.3g})")
 
 
+def sum_squares_evidence(got: float, x: np.ndarray, threads: int) -> str:
+    """What a wrong sum of squares points to, from its value: only the elements one pass of the grid covers
+    (no grid-stride loop), one block's share only (an atomicAdd missing), or a NaN (a value nothing wrote)."""
+    squares = x.astype(np.float64) ** 2
+    close = lambda v: abs(got - v) <= 1e-5 * max(abs(v), 1e-30)  # noqa: E731
+    if close(squares[:threads].sum()):
+        return (f": the sum of the first {threads} squares only, one element a thread: a grid-stride loop "
+                f"(i += gridDim.x * blockDim.x) lets any grid cover any n")
+    if math.isnan(got):
+        return ": NaN, which no sum of squares gives: a value read that nothing wrote (a shared slot, a variable)?"
+    return ": the total is wrong (the block's sum, or how the blocks add into total[0]: one atomicAdd a block)"
+
+
 @pytest.mark.parametrize("kernel", ["sum_squares", "scale_by"])
-@pytest.mark.hint("a grid-stride loop: any grid covers any n (sum_squares: one atomicAdd a block)")
+@pytest.mark.hint("any grid covers any n: a grid-stride loop, then (sum_squares) each block's warps' sums, only the "
+                  "slots its warps wrote, into total[0] with one atomicAdd; read the evidence above")
 def test_clip_kernels_any_grid(kernel):
     n = 9001
     x = checks.rng("clip-grid", kernel).standard_normal(n).astype(np.float32)
@@ -916,7 +990,7 @@ def test_clip_kernels_any_grid(kernel):
         got, expected = float(checks.to_host(total)[0]), float((x.astype(np.float64) ** 2).sum())
         if not abs(got - expected) <= 1e-5 * expected:
             raise GradeError(f"sum_squares launched with 3 blocks of 64 threads over {n} elements: got {got!r}, "
-                             f"expected {expected!r}: a grid-stride loop covers any n")
+                             f"expected {expected!r}" + sum_squares_evidence(got, x, 3 * 64))
     else:
         xd = dev(x)
         launch_checked("scale_by launched with 3 blocks of 64 threads",

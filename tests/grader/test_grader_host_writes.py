@@ -33,6 +33,16 @@ extern "C" __global__ void copy(const float* src, float* dst, long long n) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         dst[i] = src[i];
 }
+extern "C" __global__ void warp_slots(const float* x, float* total, long long n) {
+    __shared__ float slots[8];  // one a warp of a 256-thread block: read all 8 whatever the block
+    float s = 0.0f;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        s += x[i];
+    for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) { float t = 0.0f; for (int k = 0; k < 8; ++k) t += slots[k]; atomicAdd(total, t); }
+}
 extern "C" __global__ void decay(float* p, const float* g, long long n) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         p[i] -= 0.5f * g[i];
@@ -151,3 +161,28 @@ def test_a_launcher_of_other_arrays_only_is_caught(emu_kernels):
     with pytest.raises(checks.GradeError, match="passed to none of your kernels"):
         checks.assert_computed_on_device("twice", lambda: emu_kernels("twice")((1,), (32,), (x, scratch, np.int64(10))),
                                          inputs=(x,), outputs=(out,))
+
+
+def test_check_mode_names_the_shared_slots_no_warp_wrote(emu_kernels):
+    """A failed value check on the emulator: re-running the test's launches in check mode finds the read of a
+    shared slot no warp wrote (a 64-thread block has 2 warps, the kernel reads 8 slots), and the report's hint
+    then follows that finding, not the failing test's own advice."""
+    from grader.tests_step import fault_hint
+
+    x = backend.asarray(np.ones(1000, np.float32))
+    with kernels.recording() as launches:
+        emu_kernels("twice")((1,), (64,), (x, backend.zeros(1000), np.int64(1000)))  # honest: nothing found
+        emu_kernels("warp_slots")((3,), (64,), (x, backend.zeros(1), np.int64(1000)))
+    finding = checks.check_mode_finding(launches)
+    assert finding is not None and finding.startswith(checks.CHECK_MODE_SOURCE), finding
+    assert "`warp_slots` (host_writes.cu, grid (3,), block (64,))" in finding, finding
+    assert "read of uninitialised shared memory:" in finding and "`slots`" in finding, finding
+    assert "blockDim.x / 32" in fault_hint("sum: got nan, expected 1000.0\n  " + finding)
+
+
+def test_check_mode_finds_nothing_in_correct_launches(emu_kernels):
+    x = backend.asarray(np.ones(1000, np.float32))
+    with kernels.recording() as launches:
+        emu_kernels("warp_slots")((3,), (256,), (x, backend.zeros(1), np.int64(1000)))  # 8 warps: every slot
+    assert checks.check_mode_finding(launches) is None
+    assert checks.check_mode_finding([]) is None
