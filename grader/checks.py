@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import secrets
 import statistics
 import sys
@@ -272,7 +273,7 @@ def launch_checked(what: str, fn: Callable[[], Any]) -> Any:
 # better than the failing test's own advice (a grid-stride hint for a sum that read unwritten shared slots).
 _CHECK_MODE_KINDS = ("uninitialised-read", "read-after-write", "write-after-read", "write-after-write",
                      "out-of-bounds", "illegal-address", "barrier-divergence", "early-return", "warp")
-CHECK_MODE_SOURCE = "re-running your kernel's launch in the emulator's check mode"
+CHECK_MODE_SOURCE = "the emulator's check mode"
 
 
 def check_mode_finding(launches: list, *, limit: int = 8) -> str | None:
@@ -309,7 +310,7 @@ def check_mode_finding(launches: list, *, limit: int = 8) -> str | None:
             headline, fix = FAULTS[kind]
             where = f"`{launch.kernel.function}` ({launch.kernel.filename}, grid {launch.grid}, block {launch.block})"
             detail = str(exc).split(": ", 1)[-1] if str(exc).startswith("kernel `") else str(exc)
-            return (f"{CHECK_MODE_SOURCE} {where} found why: {headline}:\n  {detail}\n"
+            return (f"{CHECK_MODE_SOURCE}, running {where} again, found why: {headline}:\n  {detail}\n"
                     f"  what to check: {fix}")
     return None
 
@@ -398,6 +399,11 @@ def _capture_refusal(exc: BaseException | None) -> BaseException | None:
     return None
 
 
+def _without_error_code(exc: BaseException) -> str:
+    """The refusal's words without CUDA's error code: the report reads a cudaError as a crash of the kernel."""
+    return re.sub(r"\b(cudaError\w*|CUDA_ERROR_\w*):?\s*", "", str(exc)).strip()
+
+
 def _launches_anything(call: Callable[[], Any]) -> bool:
     """Whether `call`, run eagerly, launches any kernel of the learner's (errors ignored: this only tells a
     launcher that computes everything on the host from one that copies around its launches)."""
@@ -436,10 +442,11 @@ def run_without_host_transfers(what: str, call: Callable[[], Any]) -> Any:
             raise
         if not _launches_anything(call):
             raise GradeError(f"{what}: no kernel launch was recorded: the result was computed without your "
-                             f"kernels (and copied between the host and the device: {refusal})") from None
+                             f"kernels (and copied between the host and the device: {_without_error_code(refusal)})"
+                             ) from None
         raise GradeError(
             f"{what}: the launcher copied data between the host and the device during the call, which a "
-            f"captured step refuses ({refusal}). Its result must come from your kernels, computed on the "
+            f"captured step refuses ({_without_error_code(refusal)}). Its result must come from your kernels, computed on the "
             f"device: nothing read back (.get(), asnumpy, .item()) or written from the host (.set(), "
             f"asarray of a NumPy result, copyto) after or instead of the launch") from None
     launch_checked(what, captured.replay)

@@ -49,9 +49,10 @@ def pytest_runtest_call(item):
     out-of-bounds access it reports goes into the failure (and so the hint: the report picks the advice for
     that kind of fault), instead of advice chosen by the test's name."""
     from grader import checks
-    from minitorch import kernels
+    from minitorch import backend, kernels
 
-    if item.get_closest_marker("perf") is not None:
+    # Only on the emulator, where check mode runs; never around a timing (a recording turns launch plans off).
+    if item.get_closest_marker("perf") is not None or backend.get_device() != "emu":
         return (yield)
     with kernels.recording(limit=32) as launches:
         try:
