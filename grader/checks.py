@@ -399,6 +399,13 @@ def _capture_refusal(exc: BaseException | None) -> BaseException | None:
     return None
 
 
+# In the failure of a launcher that copies between host and device (tests_step gives it its own hint).
+HOST_COPY = "copied data between the host and the device"
+HOST_COPY_HINT = ("compute the result with your kernels, on the device: the launcher only checks its arguments and "
+                  "launches; nothing read back (.get(), asnumpy, .item()) or written from the host (.set(), asarray "
+                  "of a NumPy result) before, after or instead of the launch")
+
+
 def _without_error_code(exc: BaseException) -> str:
     """The refusal's words without CUDA's error code: the report reads a cudaError as a crash of the kernel."""
     return re.sub(r"\b(cudaError\w*|CUDA_ERROR_\w*):?\s*", "", str(exc)).strip()
@@ -445,7 +452,7 @@ def run_without_host_transfers(what: str, call: Callable[[], Any]) -> Any:
                              f"kernels (and copied between the host and the device: {_without_error_code(refusal)})"
                              ) from None
         raise GradeError(
-            f"{what}: the launcher copied data between the host and the device during the call, which a "
+            f"{what}: the launcher {HOST_COPY} during the call, which a "
             f"captured step refuses ({_without_error_code(refusal)}). Its result must come from your kernels, computed on the "
             f"device: nothing read back (.get(), asnumpy, .item()) or written from the host (.set(), "
             f"asarray of a NumPy result, copyto) after or instead of the launch") from None

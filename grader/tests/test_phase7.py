@@ -38,9 +38,10 @@ def host(a: Any) -> np.ndarray:
 
 
 def run(what: str, file: str, function: str, call: Any) -> None:
-    """Launch through the learner's launcher, require a launch of `function`, report faults by kind."""
+    """Launch through the learner's launcher, captured (no copy between host and device inside it), require a
+    launch of `function`, report faults by kind. Make the call's arrays before: `dev(x)` inside it is a copy."""
     checks.reset_launches()
-    launch_checked(what, call)
+    checks.run_without_host_transfers(what, call)
     checks.require_launch(file, function)
 
 
@@ -95,8 +96,9 @@ def check_gelu(got: Any, expected: np.ndarray, erf_version: np.ndarray, what: st
 def test_gelu_forward_values(n):
     x = checks.rng("gelu", n).uniform(-8, 8, n).astype(np.float32)
     out = checks.poison(n)
+    xd = dev(x)
     run(f"gelu_forward(x of {n} elements, out)", "gelu.cu", "gelu_forward",
-        lambda: module("gelu.py").gelu_forward(dev(x), out))
+        lambda: module("gelu.py").gelu_forward(xd, out))
     x64 = x.astype(np.float64)
     sample = slice(None) if n < 5000 else slice(0, 5000)  # the erf reference is slow: diagnose on a sample
     check_gelu(checks.to_host(out)[sample], gelu_tanh(x64)[sample], gelu_erf(x64[sample]),
@@ -112,8 +114,9 @@ def test_gelu_backward_values(n):
     x = r.uniform(-5, 5, n).astype(np.float32)
     g = r.standard_normal(n).astype(np.float32)
     grad_in = checks.poison(n)
+    xd, gd = dev(x), dev(g)
     run(f"gelu_backward(x, grad_out of {n} elements, grad_in)", "gelu.cu", "gelu_backward",
-        lambda: module("gelu.py").gelu_backward(dev(x), dev(g), grad_in))
+        lambda: module("gelu.py").gelu_backward(xd, gd, grad_in))
     x64, g64 = x.astype(np.float64), g.astype(np.float64)
     check_gelu(grad_in, g64 * gelu_tanh_slope(x64), g64 * gelu_erf_slope(x64), f"gelu_backward, n={n}",
                "'s derivative")
@@ -125,7 +128,8 @@ def test_gelu_large_inputs():
     x = np.array([-1e4, -100, -30, -10, -1e-30, 0, 1e-30, 10, 30, 100, 1e4], np.float32)
     out, grad = checks.poison(x.size), checks.poison(x.size)
     gm = module("gelu.py")
-    run("gelu_forward of large |x|", "gelu.cu", "gelu_forward", lambda: gm.gelu_forward(dev(x), out))
+    xd = dev(x)
+    run("gelu_forward of large |x|", "gelu.cu", "gelu_forward", lambda: gm.gelu_forward(xd, out))
     launch_checked("gelu_backward of large |x|", lambda: gm.gelu_backward(dev(x), dev(np.ones_like(x)), grad))
     x64 = x.astype(np.float64)
     # x**3 overflows float32 at |x| = 1e4: tanh(+-inf) is still +-1
@@ -143,9 +147,10 @@ def test_gelu_launchers_any_shape(shape):
     x, g = r.uniform(-4, 4, shape).astype(np.float32), r.standard_normal(shape).astype(np.float32)
     out, grad_in = checks.poison(shape), checks.poison(shape)
     gm = module("gelu.py")
-    run(f"gelu_forward(x of shape {shape}, out)", "gelu.cu", "gelu_forward", lambda: gm.gelu_forward(dev(x), out))
+    xd, gd = dev(x), dev(g)
+    run(f"gelu_forward(x of shape {shape}, out)", "gelu.cu", "gelu_forward", lambda: gm.gelu_forward(xd, out))
     run(f"gelu_backward(x, grad_out of shape {shape}, grad_in)", "gelu.cu", "gelu_backward",
-        lambda: gm.gelu_backward(dev(x), dev(g), grad_in))
+        lambda: gm.gelu_backward(xd, gd, grad_in))
     x64 = x.astype(np.float64)
     checks.assert_close(out, gelu_tanh(x64), rtol=1e-5, atol=2e-6, what=f"gelu_forward, x of shape {shape}")
     checks.assert_close(grad_in, g * gelu_tanh_slope(x64), rtol=1e-5, atol=2e-6,
@@ -196,8 +201,9 @@ def ln_inputs(rows: int, cols: int, *salt: object, scale: float = 2.0, offset: f
 def device_layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> tuple:
     rows, cols = x.shape
     out, mean, rstd = checks.poison((rows, cols)), checks.poison(rows), checks.poison(rows)
+    xd, wd, bd = dev(x), dev(w), dev(b)
     run(f"layernorm_forward(x of shape {x.shape}, eps={eps:g})", "layernorm.cu", "layernorm_forward",
-        lambda: module("layernorm.py").layernorm_forward(dev(x), dev(w), dev(b), out, mean, rstd, eps))
+        lambda: module("layernorm.py").layernorm_forward(xd, wd, bd, out, mean, rstd, eps))
     return checks.to_host(out), checks.to_host(mean), checks.to_host(rstd)
 
 
@@ -301,8 +307,9 @@ def device_layernorm_backward(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: 
     out, mean, rstd = backend.empty((rows, cols)), backend.empty(rows), backend.empty(rows)
     launch_checked("layernorm_forward", lambda: lm.layernorm_forward(xd, wd, dev(b), out, mean, rstd, eps))
     dx, dw, db = checks.poison((rows, cols)), checks.poison(cols), checks.poison(cols)
+    gd = dev(g)
     run(f"layernorm_backward(x of shape {x.shape})", "layernorm.cu", "layernorm_backward",
-        lambda: lm.layernorm_backward(dev(g), xd, wd, mean, rstd, dx, dw, db))
+        lambda: lm.layernorm_backward(gd, xd, wd, mean, rstd, dx, dw, db))
     checks.require_launch("layernorm.cu", "layernorm_param_grads")
     return checks.to_host(dx), checks.to_host(dw), checks.to_host(db)
 
@@ -404,7 +411,7 @@ def device_embedding(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
     out = checks.poison(ids.shape + (table.shape[1],))
     run(f"embedding_forward(ids of shape {ids.shape}, weight of shape {table.shape})", "embedding.cu",
         "embedding_forward",
-        lambda: module("embedding.py").embedding_forward(dev(ids.astype(np.int32)), dev(table), out))
+        partial(module("embedding.py").embedding_forward, dev(ids.astype(np.int32)), dev(table), out))
     return checks.to_host(out)
 
 
@@ -412,7 +419,7 @@ def device_embedding_backward(ids: np.ndarray, g: np.ndarray, vocab: int) -> np.
     grad = checks.poison((vocab, g.shape[-1]))
     run(f"embedding_backward(ids of shape {ids.shape}, grad_out of shape {g.shape})", "embedding.cu",
         "embedding_backward",
-        lambda: module("embedding.py").embedding_backward(dev(ids.astype(np.int32)), dev(g), grad))
+        partial(module("embedding.py").embedding_backward, dev(ids.astype(np.int32)), dev(g), grad))
     return checks.to_host(grad)
 
 
@@ -558,7 +565,7 @@ def test_bmm_values(shape, ta, tb):
     out = checks.poison((batch, m, n))
     what = f"bmm of {batch} x ({m} x {shape[2]}) @ ({shape[2]} x {n})" + (", A transposed" * ta) + (
         ", B transposed" * tb)
-    run(what, "attention.cu", "bmm", lambda: module("attention.py").bmm(dev(a), dev(b), out, ta, tb))
+    run(what, "attention.cu", "bmm", partial(module("attention.py").bmm, dev(a), dev(b), out, ta, tb))
     check_bmm(out, a, b, ta, tb, what)
 
 
@@ -575,7 +582,7 @@ def test_bmm_has_no_shared_memory_race():
         out = checks.poison((2, 33, 35))
         with emu.check_mode():
             run("bmm under the emulator's check mode", "attention.cu", "bmm",
-                lambda a=a, b=b, ta=ta, tb=tb, out=out: module("attention.py").bmm(dev(a), dev(b), out, ta, tb))
+                partial(module("attention.py").bmm, dev(a), dev(b), out, ta, tb))
         check_bmm(out, a, b, ta, tb, "bmm under the emulator's check mode")
 
 
@@ -628,7 +635,7 @@ def check_softmax(got: np.ndarray, s: np.ndarray, scale: float, causal: bool, wh
 def device_softmax(s: np.ndarray, scale: float, causal: bool) -> np.ndarray:
     probs = checks.poison(s.shape)
     run(f"softmax_forward(scores of shape {s.shape}, scale={scale:g}, causal={causal})", "attention.cu",
-        "softmax_forward", lambda: module("attention.py").softmax_forward(dev(s), probs, scale, causal))
+        "softmax_forward", partial(module("attention.py").softmax_forward, dev(s), probs, scale, causal))
     return checks.to_host(probs)
 
 
@@ -726,7 +733,7 @@ def test_softmax_backward_values(t, causal):
     dp = r.standard_normal((3, t, t)).astype(np.float32)
     ds = checks.poison((3, t, t))
     run(f"softmax_backward(probs of shape {p.shape}, causal={causal})", "attention.cu", "softmax_backward",
-        lambda: module("attention.py").softmax_backward(dev(p), dev(dp), ds, scale, causal))
+        partial(module("attention.py").softmax_backward, dev(p), dev(dp), ds, scale, causal))
     p64, dp64 = p.astype(np.float64), dp.astype(np.float64)
     expected = scale * p64 * (dp64 - (p64 * dp64).sum(axis=-1, keepdims=True))
     checks.assert_close(ds, expected, rtol=1e-4, atol=1e-6, what=f"softmax_backward, causal={causal}, T={t}")

@@ -187,3 +187,19 @@ def test_check_mode_finds_nothing_in_correct_launches(emu_kernels):
         emu_kernels("warp_slots")((3,), (256,), (x, backend.zeros(1), np.int64(1000)))  # 8 warps: every slot
     assert checks.check_mode_finding(launches) is None
     assert checks.check_mode_finding([]) is None
+
+
+def test_a_host_copy_gets_its_own_hint_whatever_the_test_advises(emu_kernels):
+    """The evidence is the copy: the report's hint says so, not the failing test's advice about values."""
+    from grader.tests_step import _failure_hint
+
+    x, out = backend.asarray(np.arange(10, dtype=np.float32)), checks.poison(10)
+
+    def overwrite():
+        emu_kernels("twice")((1,), (32,), (x, out, np.int64(10)))
+        out.set(2 * checks.to_host(x))
+
+    with pytest.raises(checks.GradeError) as err:
+        checks.run_without_host_transfers("twice", overwrite)
+    hint = _failure_hint("FAIL", str(err.value), "subtract the row's maximum first", "host_writes.cu:twice")
+    assert hint == checks.HOST_COPY_HINT
