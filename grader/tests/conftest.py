@@ -44,15 +44,16 @@ def _exact_bounds_on_the_emulator(request):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """A value check that fails on the emulator is followed by the emulator's own finding, when it has one: the
-    test's latest launches run again in check mode, and a race, a read of shared memory no thread wrote or an
-    out-of-bounds access it reports goes into the failure (and so the hint: the report picks the advice for
-    that kind of fault), instead of advice chosen by the test's name."""
+    """A value check that fails is followed by the emulator's own finding, when it has one: the test's latest
+    launches run again in the emulator's check mode (on a GPU, in a subprocess, on copies of their arrays), and a
+    race, a read of shared memory no thread wrote or an out-of-bounds access it reports goes into the failure
+    (and so the hint: the report picks the advice for that kind of fault), instead of advice chosen by the
+    test's name."""
     from grader import checks
     from minitorch import backend, kernels
 
-    # Only on the emulator, where check mode runs; never around a timing (a recording turns launch plans off).
-    if item.get_closest_marker("perf") is not None or backend.get_device() != "emu":
+    # Never around a timing: a recording turns launch plans off.
+    if item.get_closest_marker("perf") is not None or backend.get_device() not in ("emu", "cuda"):
         return (yield)
     with kernels.recording(limit=32) as launches:
         try:

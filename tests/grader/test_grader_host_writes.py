@@ -181,6 +181,20 @@ def test_check_mode_names_the_shared_slots_no_warp_wrote(emu_kernels):
     assert "blockDim.x / 32" in fault_hint("sum: got nan, expected 1000.0\n  " + finding)
 
 
+def test_check_mode_in_a_subprocess_finds_the_same(emu_kernels):
+    """On a GPU the launches run again on the emulator in a subprocess, from copies of their arrays (here: the
+    same path taken from the emulator)."""
+    x = backend.asarray(np.ones(1000, np.float32))
+    with kernels.recording() as launches:
+        emu_kernels("warp_slots")((3,), (64,), (x, backend.zeros(1), np.int64(1000)))
+    finding = checks.check_mode_finding(launches, in_process=False)
+    assert finding is not None and "read of uninitialised shared memory:" in finding, finding
+    assert "host_writes.cu:" in finding, finding  # the line of the read
+    with kernels.recording() as launches:
+        emu_kernels("warp_slots")((3,), (256,), (x, backend.zeros(1), np.int64(1000)))
+    assert checks.check_mode_finding(launches, in_process=False) is None
+
+
 def test_check_mode_finds_nothing_in_correct_launches(emu_kernels):
     x = backend.asarray(np.ones(1000, np.float32))
     with kernels.recording() as launches:
