@@ -490,42 +490,38 @@ def _without_error_code(exc: BaseException) -> str:
 
 
 def run_without_host_transfers(what: str, call: Callable[[], Any]) -> Any:
-    """Run a launcher call so that any copy between host and device inside it is an error, then return
-    what it returned.
+    """Run a launcher call, refusing it if it copies between host and device; return what it returned.
 
-    The call is captured into a graph (``minitorch.graph.capture``) and the graph replayed once: a
-    launcher that only checks its arguments and launches kernels does the same work either way, while a
-    host-to-device write (``.set()``, ``asarray`` of a NumPy result, ``copyto`` from the host) or a read back
-    (``.get()``, ``asnumpy``, ``.item()``, a synchronisation) is refused during the capture, as it is in a
-    captured training step, on the emulator and on a GPU alike. A result computed on the host and written
+    The call is first captured into a graph (``minitorch.graph.capture``) that is thrown away, its launches
+    neither counted nor recorded: a launcher that only checks its arguments and launches kernels captures
+    cleanly, while a host-to-device write (``.set()``, ``asarray`` of a NumPy result, ``copyto`` from the host)
+    or a read back (``.get()``, ``asnumpy``, ``.item()``, a synchronisation) is refused during the capture, as
+    in a captured training step, on the emulator and on a GPU alike. A result computed on the host and written
     over (or instead of) the kernel's is refused even when it equals the kernel's to the last bit, which no
-    comparison of values can tell. A call refused that launches no kernel at all is run as it is, for the
+    comparison of values can tell. Then the call is made for real (so a kernel fault is reported at its own
+    launch, naming its kernel). A refused call that launches no kernel at all is made as it is, for the
     caller's launch checks to name the kernel that never ran."""
     from minitorch import backend, graph, kernels
 
     if backend.get_device() not in ("cuda", "emu"):
         return launch_checked(what, call)
-    try:
-        captured = launch_checked(what, lambda: graph.capture(call))
-    except GradeError:
-        raise
-    except Exception as exc:
-        refusal = _capture_refusal(exc)
-        if refusal is None:
-            raise
-        # Run it as it is: a launcher that launches nothing at all is better named by the caller's own launch
-        # checks ("no launch of `fill` from memory.cu") than by its copies.
-        with kernels.recording() as eager:
-            result = launch_checked(what, call)
-        if not eager:
-            return result
-        raise GradeError(
-            f"{what}: the launcher {HOST_COPY} during the call, which a "
-            f"captured step refuses ({_without_error_code(refusal)}). Its result must come from your kernels, computed on the "
-            f"device: nothing read back (.get(), asnumpy, .item()) or written from the host (.set(), "
-            f"asarray of a NumPy result, copyto) after or instead of the launch") from None
-    launch_checked(what, captured.replay)
-    return captured.output
+    refusal = None
+    with kernels.unrecorded():
+        try:
+            graph.capture(call)
+        except Exception as exc:  # noqa: BLE001 - anything but a refused copy is the real call's to raise
+            refusal = _capture_refusal(exc)
+    if refusal is None:
+        return launch_checked(what, call)
+    with kernels.recording() as eager:
+        result = launch_checked(what, call)
+    if not eager:
+        return result
+    raise GradeError(
+        f"{what}: the launcher {HOST_COPY} during the call, which a captured step refuses "
+        f"({_without_error_code(refusal)}). Its result must come from your kernels, computed on the device: nothing "
+        f"read back (.get(), asnumpy, .item()) or written from the host (.set(), asarray of a NumPy result, copyto) "
+        f"after or instead of the launch")
 
 
 def assert_computed_on_device(what: str, call: Callable[[], Any], inputs: tuple = (), outputs: tuple = (),

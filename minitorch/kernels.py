@@ -593,6 +593,24 @@ def reset_launch_counts() -> None:
         _launches.clear()
 
 
+@contextlib.contextmanager
+def unrecorded() -> Iterator[None]:
+    """Launches made inside the block are neither counted nor seen by the recordings around it: a dry run (the
+    grader captures a launcher's call into a graph it throws away, to see whether it copies between host and
+    device, then makes the call for real)."""
+    with _lock:
+        counts = dict(_launches)
+    outer = _recordings[:]
+    _recordings.clear()
+    try:
+        yield
+    finally:
+        _recordings[:] = outer + _recordings  # (a recording opened inside has closed itself by now)
+        with _lock:
+            _launches.clear()
+            _launches.update(counts)
+
+
 # ---------------------------------------------------------------------------------------------
 # Loading Python modules written by the learner
 

@@ -119,15 +119,26 @@ def test_asarray_of_a_host_result_copied_by_a_kernel_is_caught(emu_kernels):
         checks.assert_computed_on_device("twice", staged, inputs=(x,), outputs=(out,))
 
 
-def test_run_without_host_transfers_returns_the_calls_result_after_one_replay(emu_kernels):
+def test_run_without_host_transfers_makes_the_call_once(emu_kernels):
+    """The capture is a dry run: its launches are neither counted nor recorded (a one-pass sum must not look
+    two-pass), and the call is then made once, for real."""
     x, out = backend.asarray(np.arange(10, dtype=np.float32)), checks.poison(10)
 
     def honest():
         emu_kernels("twice")((1,), (32,), (x, out, np.int64(10)))
         return "done"
 
-    assert checks.run_without_host_transfers("twice", honest) == "done"
+    kernels.reset_launch_counts()
+    with kernels.recording() as launches:
+        assert checks.run_without_host_transfers("twice", honest) == "done"
+    assert len(launches) == 1 and kernels.launch_count("host_writes.cu", "twice") == 1
     np.testing.assert_array_equal(checks.to_host(out), 2 * np.arange(10, dtype=np.float32))
+
+
+def test_a_fault_is_reported_at_its_own_launch_naming_the_kernel(emu_kernels):
+    x, out = backend.asarray(np.ones(10, np.float32)), checks.poison(10)
+    with pytest.raises(checks.GradeError, match=r"out-of-bounds memory access:\n  kernel `twice` from host_writes.cu"):
+        checks.run_without_host_transfers("twice", lambda: emu_kernels("twice")((1,), (64,), (x, out, np.int64(40))))
 
 
 def test_scratch_buffers_and_second_passes_replay(emu_kernels):
