@@ -35,6 +35,16 @@ class GradeError(AssertionError):
     """A graded check failed; the message is written for the learner."""
 
 
+class WrongValuesError(GradeError):
+    """A value check failed (not a contract: a launch shape, a launch count, an error message): what the
+    emulator's check mode finds in the launches behind it explains it (grader/tests/conftest.py)."""
+
+
+# The words of a value check's failure (assert_close, assert_bitwise_equal), kept when a test re-raises it
+# as a plain GradeError with more to say.
+WRONG_VALUES_WORDS = ("values differ (rtol=", "values are not bit-identical")
+
+
 # ---------------------------------------------------------------- seeds
 
 _seed: int | None = None
@@ -168,7 +178,7 @@ def assert_close(got: Any, expected: Any, *, rtol: float = 1e-6, atol: float = 0
         unwritten = int((bad & is_poison(got_h)).sum()) if got_h.shape == bad.shape else 0
         lines.append(f"  {'all' if nan_bad == n_bad else nan_bad} of them are NaN where a number was expected"
                      + (f" ({unwritten} never written)" if unwritten else " (computed, not left unwritten)"))
-    raise GradeError("\n".join(lines))
+    raise WrongValuesError("\n".join(lines))
 
 
 def assert_bitwise_equal(got: Any, expected: Any, *, what: str = "output") -> None:
@@ -184,7 +194,7 @@ def assert_bitwise_equal(got: Any, expected: Any, *, what: str = "output") -> No
         return
     first = tuple(int(i) for i in np.argwhere(bad)[0]) if exp.ndim else ()
     width = exp.dtype.itemsize * 2
-    raise GradeError(
+    raise WrongValuesError(
         f"{what}: {int(bad.sum())} of {exp.size} values are not bit-identical\n"
         f"  first bad index {_fmt_index(first) if first else '()'}: expected {exp[first].item()!r} "
         f"(0x{int(eb[first]):0{width}x}), got {got_h[first].item()!r} (0x{int(gb[first]):0{width}x})")

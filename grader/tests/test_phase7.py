@@ -713,8 +713,8 @@ def test_softmax_large_scores():
     got = device_softmax(s, 0.25, True)
     what = "softmax_forward of scores of size 1e4"
     if not np.all(np.isfinite(got)):
-        raise GradeError(f"{what}: {int((~np.isfinite(got)).sum())} of {got.size} probabilities are NaN or "
-                         f"infinite: {softmax_evidence(got, s, 0.25, True)}")
+        raise checks.WrongValuesError(f"{what}: {int((~np.isfinite(got)).sum())} of {got.size} probabilities are NaN or "
+                                 f"infinite: {softmax_evidence(got, s, 0.25, True)}")
     try:
         check_softmax(got, s, 0.25, True, what)
     except GradeError as err:
@@ -996,8 +996,8 @@ def test_clip_kernels_any_grid(kernel):
                        lambda: k((3,), (64,), (dev(x), total, np.int64(n))))
         got, expected = float(checks.to_host(total)[0]), float((x.astype(np.float64) ** 2).sum())
         if not abs(got - expected) <= 1e-5 * expected:
-            raise GradeError(f"sum_squares launched with 3 blocks of 64 threads over {n} elements: got {got!r}, "
-                             f"expected {expected!r}" + sum_squares_evidence(got, x, 3 * 64))
+            raise checks.WrongValuesError(f"sum_squares launched with 3 blocks of 64 threads over {n} elements: got "
+                                     f"{got!r}, expected {expected!r}" + sum_squares_evidence(got, x, 3 * 64))
     else:
         xd = dev(x)
         launch_checked("scale_by launched with 3 blocks of 64 threads",

@@ -143,3 +143,14 @@ def test_expect_error_rejects_a_vague_or_missing_error(fn, why):
 def test_expect_error_rejects_a_launch_before_the_error():
     with pytest.raises(checks.GradeError, match=r"a kernel \(memory.cu:fill\) was launched before the ValueError"):
         checks.expect_error("fill of 3", lambda: _launcher(True)(3), ValueError, "4", "3")
+
+
+def test_value_checks_fail_as_wrong_values_in_words_that_survive_a_re_raise():
+    """grader/tests/conftest.py asks the emulator's check mode about value failures only (not a launch shape or
+    a count): by their type, or by their words when a test re-raises them as a plain GradeError."""
+    with pytest.raises(checks.WrongValuesError) as close:
+        checks.assert_close(np.ones(3, np.float32), np.zeros(3))
+    with pytest.raises(checks.WrongValuesError) as bitwise:
+        checks.assert_bitwise_equal(np.ones(3, np.float32), np.zeros(3, np.float32))
+    for err in (close, bitwise):
+        assert any(w in str(err.value) for w in checks.WRONG_VALUES_WORDS), err.value
