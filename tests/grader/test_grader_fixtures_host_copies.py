@@ -34,7 +34,7 @@ from tests.grader import (
 from tests.grader import (
     test_grader_fixtures_phase7 as phase7,
 )
-from tests.grader.test_grader_fixtures import HOST_COPY, _emu_available, replace_once, results
+from tests.grader.test_grader_fixtures import HOST_COPY, _emu_available, grade_workspace, replace_once, results
 
 pytestmark = [
     pytest.mark.skipif(not _emu_available(), reason="minitorch.emu (the CUDA C emulator) is not available"),
@@ -144,3 +144,24 @@ def test_phase7_softmax_masked_on_the_host_and_a_sum_reading_unwritten_slots(tmp
     assert slots["result"] == "FAIL" and "emulator's check mode" in slots["reason"], slots
     assert "uninitialised shared memory" in slots["reason"] and "clip.cu:" in slots["reason"], slots
     assert "grid-stride" not in slots["reason"] and "blockDim.x / 32" in slots["hint"], slots
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_sum_overwritten_from_the_host_is_refused_and_a_wrong_sum_explained(tmp_path: Path) -> None:
+    """The same refusals from CUDA itself: a capturing stream cannot be read back or synchronised. And a wrong
+    value on the GPU is explained by the emulator's check mode, run in a subprocess on copies of the arrays."""
+    files = phase4.solution_sources()
+    two_pass = '    _two_pass(SUM_KERNELS[variant], x, out, zero_first=variant == "atomic")\n'
+    files["reduce.py"] = replace_once(files["reduce.py"], two_pass, two_pass +
+                                      "    out.set(np.array([backend.asnumpy(x).astype(np.float64).sum()], np.float32))\n")
+    report = phase4.grade(tmp_path, files, "--no-notebook", "-k", "test_results_come_from_your_kernels and sum",
+                          device="cuda")
+    rejected_for_the_copy([c for c in results(report, "test_results_come_from_your_kernels") if "[sum-" in c["name"]])
+    files = phase7.solution_sources()
+    files["clip.cu"] = replace_once(files["clip.cu"], SUM_SQUARES_SLOTS, "s = lane < 8 ? warp_sums[lane] : 0.0f;")
+    (tmp_path / "slots").mkdir()
+    report = grade_workspace(tmp_path / "slots", "phase7", files, "--no-notebook", "-k",
+                             "test_clip_kernels_any_grid and sum_squares", timeout=120, device="cuda")
+    [slots] = results(report, "test_clip_kernels_any_grid")
+    if slots["result"] == "FAIL":  # a GPU's shared memory may happen to hold zeros in the slots no warp wrote
+        assert "emulator's check mode" in slots["reason"] and "uninitialised shared memory" in slots["reason"], slots
