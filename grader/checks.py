@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import secrets
 import statistics
 import sys
@@ -32,6 +33,16 @@ PERF_BYTES = 256 << 20  # 256 MiB: large enough that launch overhead is noise on
 
 class GradeError(AssertionError):
     """A graded check failed; the message is written for the learner."""
+
+
+class WrongValuesError(GradeError):
+    """A value check failed (not a contract: a launch shape, a launch count, an error message): what the
+    emulator's check mode finds in the launches behind it explains it (grader/tests/conftest.py)."""
+
+
+# The words of a value check's failure (assert_close, assert_bitwise_equal), kept when a test re-raises it
+# as a plain GradeError with more to say.
+WRONG_VALUES_WORDS = ("values differ (rtol=", "values are not bit-identical")
 
 
 # ---------------------------------------------------------------- seeds
@@ -167,7 +178,7 @@ def assert_close(got: Any, expected: Any, *, rtol: float = 1e-6, atol: float = 0
         unwritten = int((bad & is_poison(got_h)).sum()) if got_h.shape == bad.shape else 0
         lines.append(f"  {'all' if nan_bad == n_bad else nan_bad} of them are NaN where a number was expected"
                      + (f" ({unwritten} never written)" if unwritten else " (computed, not left unwritten)"))
-    raise GradeError("\n".join(lines))
+    raise WrongValuesError("\n".join(lines))
 
 
 def assert_bitwise_equal(got: Any, expected: Any, *, what: str = "output") -> None:
@@ -183,7 +194,7 @@ def assert_bitwise_equal(got: Any, expected: Any, *, what: str = "output") -> No
         return
     first = tuple(int(i) for i in np.argwhere(bad)[0]) if exp.ndim else ()
     width = exp.dtype.itemsize * 2
-    raise GradeError(
+    raise WrongValuesError(
         f"{what}: {int(bad.sum())} of {exp.size} values are not bit-identical\n"
         f"  first bad index {_fmt_index(first) if first else '()'}: expected {exp[first].item()!r} "
         f"(0x{int(eb[first]):0{width}x}), got {got_h[first].item()!r} (0x{int(gb[first]):0{width}x})")
@@ -216,7 +227,8 @@ FAULTS: dict[str, tuple[str, str]] = {
     "misaligned": ("misaligned address", "a float4 (or other vector) access needs an address that is a multiple of "
                    "its size: check the row starts and the tail, and take scalar loads where they are not aligned"),
     "uninitialised-read": ("read of uninitialised shared memory", "a thread reads shared memory no thread wrote: "
-                           "check the loads into the tile (and the padding of the last tile)"),
+                           "check the loads into the tile (and the padding of the last tile), and that a second "
+                           "stage reads only the slots the first wrote (one a warp: blockDim.x / 32 of them)"),
     "timeout": ("kernel never finished", "a loop that never ends: does every loop's counter advance?"),
     "division-by-zero": ("integer division by zero", "guard the divisor"),
     "stack-overflow": ("stack overflow", "a large per-thread array: put it in shared or global memory"),
@@ -270,6 +282,130 @@ def launch_checked(what: str, fn: Callable[[], Any]) -> Any:
         headline, fix = FAULTS[kind]
         raise GradeError(f"{what}: {headline}:\n  {exc}\n  what to check: {fix}") from exc
     return result
+
+
+# Faults the emulator's check mode finds in a kernel whose values were wrong: each explains wrong values
+# better than the failing test's own advice (a grid-stride hint for a sum that read unwritten shared slots).
+_CHECK_MODE_KINDS = ("uninitialised-read", "read-after-write", "write-after-read", "write-after-write",
+                     "out-of-bounds", "illegal-address", "barrier-divergence", "early-return", "warp")
+CHECK_MODE_SOURCE = "the emulator's check mode"
+CHECK_MODE_MAX_BYTES = 64 << 20  # a GPU test's arrays copied to the emulator at most (its check mode is slow)
+
+
+def _latest_distinct(launches: list, limit: int) -> list:
+    """The latest `limit` launches of distinct kernels and configurations, oldest first."""
+    seen: set[tuple] = set()
+    chosen = []
+    for launch in reversed(list(launches)):
+        key = (launch.kernel.filename, launch.kernel.function, launch.grid, launch.block)
+        if key not in seen:
+            seen.add(key)
+            chosen.append(launch)
+        if len(chosen) == limit:
+            break
+    return chosen[::-1]
+
+
+def _check_mode_report(exc: BaseException, function: str, filename: str, grid: tuple, block: tuple) -> str | None:
+    kind = fault_kind(exc)
+    if kind not in _CHECK_MODE_KINDS:
+        return None
+    headline, fix = FAULTS[kind]
+    detail = str(exc).split(": ", 1)[-1] if str(exc).startswith("kernel `") else str(exc)
+    return (f"{CHECK_MODE_SOURCE}, running `{function}` ({filename}, grid {tuple(grid)}, block {tuple(block)}) again, "
+            f"found why: {headline}:\n  {detail}\n  what to check: {fix}")
+
+
+def check_mode_finding(launches: list, *, limit: int = 8, in_process: bool | None = None) -> str | None:
+    """Launch the latest `limit` distinct launches of `launches` (a ``kernels.recording()`` list) again in
+    the emulator's check mode, on copies of their arrays, and describe the first race, uninitialised
+    shared-memory read or out-of-bounds access found ("{headline}: ... what to check: {fix}"), or None.
+
+    For a failed value check: the values say something is wrong, the emulator says what. On the emulator it
+    runs here; on a GPU (or with ``in_process=False``) in a subprocess on the emulator, the arrays copied to
+    the host first (none past CHECK_MODE_MAX_BYTES in all), the learner's files compiled there again."""
+    from minitorch import backend
+
+    device = backend.get_device()
+    if device not in ("emu", "cuda") or not launches:
+        return None
+    chosen = _latest_distinct(launches, limit)
+    if in_process is None:
+        in_process = device == "emu"
+    if not in_process:
+        return _check_mode_in_subprocess(chosen)
+    from minitorch import emu
+
+    for launch in chosen:
+        copies = {id(a): a.copy() for a in launch.args if backend.is_device_array(a)}
+        try:
+            with emu.check_mode():
+                launch.replay(copies)
+        except Exception as exc:  # noqa: BLE001 - only a kernel fault found by the check matters
+            found = _check_mode_report(exc, launch.kernel.function, launch.kernel.filename, launch.grid,
+                                       launch.block)
+            if found:
+                return found
+    return None
+
+
+def _check_mode_in_subprocess(chosen: list, timeout_s: float = 120) -> str | None:
+    import pickle
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from minitorch import backend
+
+    payload, total = [], 0
+    for launch in chosen:
+        args = []
+        for a in launch.args:
+            if backend.is_device_array(a):
+                total += a.nbytes
+                args.append(("array", None if total > CHECK_MODE_MAX_BYTES else to_host(a)))
+            else:
+                args.append(("value", a))
+        payload.append((launch.kernel.filename, launch.kernel.function, launch.grid, launch.block, args,
+                        launch.shared_mem))
+    if total > CHECK_MODE_MAX_BYTES:
+        return None
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "MINITORCH_DEVICE": "emu",
+           "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    env.pop("MINITORCH_LAUNCH_TRACE", None)  # the test process's record of its own last launch
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "launches.pickle"
+        path.write_bytes(pickle.dumps(payload))
+        try:
+            proc = subprocess.run([sys.executable, "-c", "import sys; from grader.checks import _check_mode_worker; "
+                                   "_check_mode_worker(sys.argv[1])", str(path)],
+                                  capture_output=True, text=True, env=env, timeout=timeout_s)
+        except (OSError, subprocess.SubprocessError):  # a diagnosis only: without it the failure stands as it is
+            return None
+    return proc.stdout.strip() or None
+
+
+def _check_mode_worker(path: str) -> None:
+    """The subprocess of _check_mode_in_subprocess: each launch on the emulator, in check mode; prints the
+    first finding."""
+    import pickle
+
+    from minitorch import backend, emu, kernels
+
+    with open(path, "rb") as fh:
+        payload = pickle.load(fh)  # noqa: S301 - written by the grader's own test process
+    for filename, function, grid, block, args, shared_mem in payload:
+        try:
+            kernel = kernels.load_kernel(filename, function)
+            values = [backend.asarray(v) if kind == "array" else v for kind, v in args]
+            with emu.check_mode():
+                kernel(grid, block, tuple(values), shared_mem=shared_mem)
+        except Exception as exc:  # noqa: BLE001 - only a kernel fault found by the check matters
+            found = _check_mode_report(exc, function, filename, grid, block)
+            if found:
+                print(found)
+                return
 
 
 # ---------------------------------------------------------------- grid-stride contracts
@@ -341,6 +477,68 @@ def _pointer(a: Any) -> int | None:
     return int(ptr) if isinstance(ptr, (int, np.integer)) else None
 
 
+# The errors CUDA (and the emulator, which copies its wording) raises for work a graph cannot capture: a copy
+# between host and device, or a wait for the device (every read back to the host waits).
+_CAPTURE_REFUSALS = ("cudaErrorStreamCapture", "operation not permitted when stream is capturing",
+                     "CUDA_ERROR_STREAM_CAPTURE")
+
+
+def _capture_refusal(exc: BaseException | None) -> BaseException | None:
+    """The error in `exc`'s chain that refused work during a graph capture, or None."""
+    while exc is not None:
+        if any(word in str(exc) for word in _CAPTURE_REFUSALS):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+# In the failure of a launcher that copies between host and device (tests_step gives it its own hint).
+HOST_COPY = "copied data between the host and the device"
+HOST_COPY_HINT = ("compute the result with your kernels, on the device: the launcher only checks its arguments and "
+                  "launches; nothing read back (.get(), asnumpy, .item()) or written from the host (.set(), asarray "
+                  "of a NumPy result) before, after or instead of the launch")
+
+
+def _without_error_code(exc: BaseException) -> str:
+    """The refusal's words without CUDA's error code: the report reads a cudaError as a crash of the kernel."""
+    return re.sub(r"\b(cudaError\w*|CUDA_ERROR_\w*):?\s*", "", str(exc)).strip()
+
+
+def run_without_host_transfers(what: str, call: Callable[[], Any]) -> Any:
+    """Run a launcher call, refusing it if it copies between host and device; return what it returned.
+
+    The call is first captured into a graph (``minitorch.graph.capture``) that is thrown away, its launches
+    neither counted nor recorded: a launcher that only checks its arguments and launches kernels captures
+    cleanly, while a host-to-device write (``.set()``, ``asarray`` of a NumPy result, ``copyto`` from the host)
+    or a read back (``.get()``, ``asnumpy``, ``.item()``, a synchronisation) is refused during the capture, as
+    in a captured training step, on the emulator and on a GPU alike. A result computed on the host and written
+    over (or instead of) the kernel's is refused even when it equals the kernel's to the last bit, which no
+    comparison of values can tell. Then the call is made for real (so a kernel fault is reported at its own
+    launch, naming its kernel). A refused call that launches no kernel at all is made as it is, for the
+    caller's launch checks to name the kernel that never ran."""
+    from minitorch import backend, graph, kernels
+
+    if backend.get_device() not in ("cuda", "emu"):
+        return launch_checked(what, call)
+    refusal = None
+    with kernels.unrecorded():
+        try:
+            graph.capture(call)
+        except Exception as exc:  # noqa: BLE001 - anything but a refused copy is the real call's to raise
+            refusal = _capture_refusal(exc)
+    if refusal is None:
+        return launch_checked(what, call)
+    with kernels.recording() as eager:
+        result = launch_checked(what, call)
+    if not eager:
+        return result
+    raise GradeError(
+        f"{what}: the launcher {HOST_COPY} during the call, which a captured step refuses "
+        f"({_without_error_code(refusal)}). Its result must come from your kernels, computed on the device: nothing "
+        f"read back (.get(), asnumpy, .item()) or written from the host (.set(), asarray of a NumPy result, copyto) "
+        f"after or instead of the launch")
+
+
 def assert_computed_on_device(what: str, call: Callable[[], Any], inputs: tuple = (), outputs: tuple = (),
                               in_place: tuple = (), *, rtol: float = 1e-5, atol: float = 1e-6) -> None:
     """Run a launcher, then launch the kernels it launched again, by the grader, into fresh buffers, and
@@ -354,7 +552,7 @@ def assert_computed_on_device(what: str, call: Callable[[], Any], inputs: tuple 
 
     before = {_pointer(a): to_host(a).copy() for a in in_place}
     with kernels.recording() as launches:
-        launch_checked(what, call)
+        run_without_host_transfers(what, call)
     if not launches:
         raise GradeError(f"{what}: no kernel launch was recorded: the result was computed without your kernels")
     keep = {_pointer(a) for a in inputs}

@@ -81,6 +81,10 @@ def _failure_hint(result: str, reason: str, marker_hint: str | None, kernel: str
     fix = fault_hint(reason)
     if fix is not None:
         return f"your kernel{where}: {fix}"
+    from grader.checks import HOST_COPY, HOST_COPY_HINT
+
+    if HOST_COPY in reason:  # the evidence is the copy, whatever the test checks
+        return HOST_COPY_HINT
     if result == CRASH:
         return f"your kernel{where} crashed: read the error above"
     if hint_on == "fault":  # advice about a race or a barrier does not explain wrong values

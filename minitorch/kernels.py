@@ -382,21 +382,38 @@ class Launch:
 _recordings: list[list[Launch]] = []
 
 
+class _Latest(list):
+    """A list of launches that keeps only the latest `limit` of them."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = max(1, int(limit))
+
+    def append(self, launch: Launch) -> None:
+        super().append(launch)
+        if len(self) > self.limit:
+            del self[0]
+
+
 @contextlib.contextmanager
-def recording() -> Iterator[list[Launch]]:
+def recording(limit: int | None = None) -> Iterator[list[Launch]]:
     """Record every launch made inside the block, in order (the launches still run)::
 
         with kernels.recording() as launches:
             launcher(a, b, out)
         for launch in launches:
             launch.replay({id(out): fresh})
-    """
-    launches: list[Launch] = []
+
+    ``limit``: keep only the latest ``limit`` launches (and the arrays they hold), e.g. to look back at
+    what a long test launched last."""
+    launches: list[Launch] = [] if limit is None else _Latest(limit)
     _recordings.append(launches)
     try:
         yield launches
     finally:
-        _recordings.remove(launches)
+        # By identity: nested recordings of the same launches are equal lists, and list.remove would take
+        # the outer one (a graph captured inside a recording, say).
+        del _recordings[next(i for i, r in enumerate(_recordings) if r is launches)]
 
 
 class Kernel:
@@ -609,6 +626,24 @@ def launch_counts() -> dict[tuple[str, str], int]:
 def reset_launch_counts() -> None:
     with _lock:
         _launches.clear()
+
+
+@contextlib.contextmanager
+def unrecorded() -> Iterator[None]:
+    """Launches made inside the block are neither counted nor seen by the recordings around it: a dry run (the
+    grader captures a launcher's call into a graph it throws away, to see whether it copies between host and
+    device, then makes the call for real)."""
+    with _lock:
+        counts = dict(_launches)
+    outer = _recordings[:]
+    _recordings.clear()
+    try:
+        yield
+    finally:
+        _recordings[:] = outer + _recordings  # (a recording opened inside has closed itself by now)
+        with _lock:
+            _launches.clear()
+            _launches.update(counts)
 
 
 # ---------------------------------------------------------------------------------------------

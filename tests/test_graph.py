@@ -97,6 +97,18 @@ def test_recording_and_replay_with_a_substituted_output(on_emu):
     np.testing.assert_array_equal(minitorch.backend.asnumpy(fresh), 2 * np.arange(5, dtype=np.float32))
 
 
+def test_a_graph_captured_inside_a_recording_leaves_both_lists_whole(on_emu):
+    """Nested recordings of the same launches are equal lists: ending the inner one must not end the outer."""
+    a = minitorch.tensor(np.arange(5, dtype=np.float32))
+    with kernels.recording() as outer:
+        captured = graph.capture(lambda: a + a)
+        a + a
+    assert len(outer) == 2 and captured.launches == 1
+    with kernels.recording() as after:
+        a + a
+    assert len(after) == 1 and len(outer) == 2
+
+
 def test_a_rewritten_file_takes_effect_at_the_next_launch(on_emu):
     kernels.write_source("scale.cu", 'extern "C" __global__ void scale(float* x) { x[threadIdx.x] *= 2.0f; }\n')
     x = minitorch.backend.asarray(np.ones(4, np.float32))

@@ -6,12 +6,15 @@ printed in the report), odd sizes, outputs poisoned with NaN before every launch
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 
 import minitorch
 from grader import checks
 from grader.checks import ODD_SIZES, GradeError, launch_checked
+from grader.checks import run_without_host_transfers as on_device
 from minitorch import backend, kernels
 
 FILL = pytest.mark.kernel("memory.cu", "fill")
@@ -80,7 +83,7 @@ def test_fill_odd_sizes(n):
     value = random_value("fill", n)
     out = checks.poison(n)
     with checks.expect_launch("memory.cu", "fill"):
-        launch_checked(f"memory.fill(n={n})", lambda: memory().fill(out, value))
+        on_device(f"memory.fill(n={n})", partial(memory().fill, out, value))
     checks.assert_close(out, np.full(n, value), rtol=0, what=f"memory.fill(out, {value!r}) with n={n}")
 
 
@@ -91,7 +94,7 @@ def test_fill_multidimensional(shape):
     value = random_value("fill-md", shape)
     out = checks.poison(shape)
     with checks.expect_launch("memory.cu", "fill"):
-        launch_checked(f"memory.fill(shape={shape})", lambda: memory().fill(out, value))
+        on_device(f"memory.fill(shape={shape})", partial(memory().fill, out, value))
     checks.assert_close(out, np.full(shape, value), rtol=0, what=f"memory.fill on shape {shape}")
 
 
@@ -137,7 +140,7 @@ def test_copy_values(n):
     src_host = (checks.rng("copy", n).standard_normal(n) * 1000).astype(np.float32)
     src, dst = backend.asarray(src_host), checks.poison(n)
     with checks.expect_launch("memory.cu", "copy"):
-        launch_checked(f"memory.copy(n={n})", lambda: memory().copy(src, dst))
+        on_device(f"memory.copy(n={n})", partial(memory().copy, src, dst))
     checks.assert_close(dst, src_host.astype(np.float64), rtol=0, what=f"memory.copy with n={n}")
     checks.assert_close(src, src_host.astype(np.float64), rtol=0, what=f"src after memory.copy with n={n} (must not change)")
 
@@ -149,7 +152,7 @@ def test_copy_bitwise_specials(shape):
     src_host = special_values(shape, "copy")
     src, dst = backend.asarray(src_host), checks.poison(shape)
     with checks.expect_launch("memory.cu", "copy"):
-        launch_checked(f"memory.copy(shape={shape})", lambda: memory().copy(src, dst))
+        on_device(f"memory.copy(shape={shape})", partial(memory().copy, src, dst))
     checks.assert_bitwise_equal(dst, src_host, what=f"memory.copy of special values, shape {shape}")
 
 
@@ -171,12 +174,12 @@ def test_launchers_past_the_grid_cap(launcher):
     out = checks.poison(n)
     if launcher == "fill":
         value = random_value("fill-cap")
-        launch_checked(f"memory.fill(n={n})", lambda: memory().fill(out, value))
+        on_device(f"memory.fill(n={n})", partial(memory().fill, out, value))
         expected = np.full(n, value)
     else:
         src_host = checks.rng("copy-cap").standard_normal(n).astype(np.float32)
         src = backend.asarray(src_host)
-        launch_checked(f"memory.copy(n={n})", lambda: memory().copy(src, out))
+        on_device(f"memory.copy(n={n})", partial(memory().copy, src, out))
         expected = src_host.astype(np.float64)
     checks.assert_close(out, expected, rtol=0, what=f"memory.{launcher} with n={n}, past the launcher's grid cap")
 
@@ -320,10 +323,10 @@ def test_results_come_from_your_kernels(launcher):
     n = 4099
     out = checks.poison(n)
     if launcher == "fill":
-        checks.assert_computed_on_device("memory.fill", lambda: memory().fill(out, 1.5), outputs=(out,))
+        checks.assert_computed_on_device("memory.fill", partial(memory().fill, out, 1.5), outputs=(out,))
     else:
         src = backend.asarray(np.arange(n, dtype=np.float32))
-        checks.assert_computed_on_device("memory.copy", lambda: memory().copy(src, out), inputs=(src,), outputs=(out,))
+        checks.assert_computed_on_device("memory.copy", partial(memory().copy, src, out), inputs=(src,), outputs=(out,))
 
 
 # ---------------------------------------------------------------- past 2^31 elements (a GPU with the memory)
@@ -351,7 +354,7 @@ def test_fill_past_2_to_the_31_elements():
     import cupy
 
     out = cupy.full(HUGE, np.nan, dtype=np.float32)
-    launch_checked(f"memory.fill of {HUGE:,} elements", lambda: memory().fill(out, 3.0))
+    launch_checked(f"memory.fill of {HUGE:,} elements", partial(memory().fill, out, 3.0))
     tail = checks.to_host(out[(1 << 31) - 4096:])
     checks.assert_close(tail, np.full(tail.size, 3.0), rtol=0,
                         what=f"the last {tail.size} of {HUGE:,} elements after memory.fill (around index 2^31)")
@@ -365,7 +368,7 @@ def test_copy_past_2_to_the_31_elements():
 
     src = cupy.arange(HUGE, dtype=np.float32)  # float32 of the index: distinct enough near 2^31 to spot a shift
     dst = cupy.full(HUGE, np.nan, dtype=np.float32)
-    launch_checked(f"memory.copy of {HUGE:,} elements", lambda: memory().copy(src, dst))
+    launch_checked(f"memory.copy of {HUGE:,} elements", partial(memory().copy, src, dst))
     lo = (1 << 31) - 4096
     got, expected = checks.to_host(dst[lo:]), checks.to_host(src[lo:])
     checks.assert_close(got, expected, rtol=0, what=f"the last {got.size} of {HUGE:,} elements after memory.copy")

@@ -18,6 +18,7 @@ import pytest
 
 from grader import checks
 from grader.checks import GradeError, launch_checked
+from grader.checks import run_without_host_transfers as on_device
 from minitorch import backend, kernels
 
 ON_GPU = backend.get_device() == "cuda"
@@ -167,7 +168,7 @@ def test_conv_forward_values(variant, shape):
     x, wt, b, y = backend.asarray(x_h), backend.asarray(w_h), backend.asarray(b_h), checks.poison(expected.shape)
     what = f"conv2d(variant={variant!r}) of x {x_h.shape} with w {w_h.shape}, stride {stride}, padding {pad}"
     checks.reset_launches()
-    launch_checked(what, lambda: conv().conv2d(x, wt, b, y, stride, pad, variant))
+    on_device(what, lambda: conv().conv2d(x, wt, b, y, stride, pad, variant))
     if variant in FORWARD:
         require(FORWARD[variant], what)
     bound = rounding_bound(c * r * s + 1, ref_conv(np.abs(x_h), np.abs(w_h), np.abs(b_h), stride, pad))
@@ -237,7 +238,7 @@ def test_conv_backward_input_values(variant, shape):
     what = f"conv2d_backward_input(variant={variant!r}) for x {x_h.shape}, w {w_h.shape}, stride {stride}, " \
            f"padding {pad}"
     checks.reset_launches()
-    launch_checked(what, lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant))
+    on_device(what, lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant))
     if variant in BACKWARD_INPUT:
         require(BACKWARD_INPUT[variant], what)
     bound = rounding_bound(k * r * s, ref_backward_input(np.abs(dy_h), np.abs(w_h), x_h.shape, stride, pad))
@@ -256,7 +257,7 @@ def test_conv_backward_weight_values(variant, shape):
     what = f"conv2d_backward_weight(variant={variant!r}) for x {x_h.shape}, w {w_h.shape}, stride {stride}, " \
            f"padding {pad}"
     checks.reset_launches()
-    launch_checked(what, lambda: conv().conv2d_backward_weight(x, dy, dw, stride, pad, variant))
+    on_device(what, lambda: conv().conv2d_backward_weight(x, dy, dw, stride, pad, variant))
     if variant in BACKWARD_WEIGHT:
         require(BACKWARD_WEIGHT[variant], what)
     positions = n * dy_h.shape[2] * dy_h.shape[3]
@@ -272,7 +273,8 @@ def test_conv_bias_grad_values(dy_shape):
     db = checks.poison(dy_shape[1])
     what = f"conv2d_bias_grad(dy of shape {dy_shape})"
     checks.reset_launches()
-    launch_checked(what, lambda: conv().conv2d_bias_grad(backend.asarray(dy_h), db))
+    dy = backend.asarray(dy_h)
+    on_device(what, lambda: conv().conv2d_bias_grad(dy, db))
     require("conv2d_bias_grad", what)
     terms = dy_shape[0] * dy_shape[2] * dy_shape[3]
     bound = rounding_bound(terms, np.abs(dy_h.astype(np.float64)).sum(axis=(0, 2, 3)))
@@ -442,7 +444,8 @@ def test_maxpool_forward_values(shape):
     y, at = checks.poison(expected.shape), backend.asarray(np.full(expected.shape, -7, np.int32))
     what = f"max_pool2d of x {x_h.shape}, kernel {k}, stride {st}, padding {pad}"
     with checks.expect_launch("maxpool.cu", "maxpool2d_forward"):
-        launch_checked(what, lambda: pool().max_pool2d(backend.asarray(x_h), y, at, k, st, pad))
+        x = backend.asarray(x_h)
+        on_device(what, lambda: pool().max_pool2d(x, y, at, k, st, pad))
     checks.assert_close(y, expected, rtol=0, what=what)
     got_at = checks.to_host(at)
     if not np.array_equal(got_at, expected_at):
@@ -460,7 +463,8 @@ def test_maxpool_propagates_nan():
     x_h = np.zeros((1, 1, 4, 4), np.float32)
     x_h[0, 0, 1, 0], x_h[0, 0, 3, 3] = np.nan, np.nan
     y, at = checks.poison((1, 1, 2, 2)), backend.asarray(np.full((1, 1, 2, 2), -7, np.int32))
-    launch_checked("max_pool2d with NaNs", lambda: pool().max_pool2d(backend.asarray(x_h), y, at, 2))
+    x = backend.asarray(x_h)
+    on_device("max_pool2d with NaNs", lambda: pool().max_pool2d(x, y, at, 2))
     got = checks.to_host(y)[0, 0]
     if not (np.isnan(got[0, 0]) and np.isnan(got[1, 1]) and got[0, 1] == 0 and got[1, 0] == 0):
         raise GradeError(f"max_pool2d of a window holding a NaN must give NaN (and the others 0); got {got.tolist()}")
@@ -482,9 +486,8 @@ def test_maxpool_backward_values(shape):
     dx = checks.poison(x_h.shape)
     what = f"max_pool2d_backward for x {x_h.shape}, kernel {k}, stride {st}, padding {pad}"
     with checks.expect_launch("maxpool.cu", "maxpool2d_backward"):
-        launch_checked(what, lambda: pool().max_pool2d_backward(backend.asarray(dy_h),
-                                                                backend.asarray(at_h.astype(np.int32)), dx, k, st,
-                                                                pad))
+        dy, at = backend.asarray(dy_h), backend.asarray(at_h.astype(np.int32))
+        on_device(what, lambda: pool().max_pool2d_backward(dy, at, dx, k, st, pad))
     got = checks.to_host(dx).astype(np.float64)
     try:
         checks.assert_close(got, expected, rtol=1e-6, atol=1e-6, what=what)

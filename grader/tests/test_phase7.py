@@ -38,9 +38,10 @@ def host(a: Any) -> np.ndarray:
 
 
 def run(what: str, file: str, function: str, call: Any) -> None:
-    """Launch through the learner's launcher, require a launch of `function`, report faults by kind."""
+    """Launch through the learner's launcher, captured (no copy between host and device inside it), require a
+    launch of `function`, report faults by kind. Make the call's arrays before: `dev(x)` inside it is a copy."""
     checks.reset_launches()
-    launch_checked(what, call)
+    checks.run_without_host_transfers(what, call)
     checks.require_launch(file, function)
 
 
@@ -95,8 +96,9 @@ def check_gelu(got: Any, expected: np.ndarray, erf_version: np.ndarray, what: st
 def test_gelu_forward_values(n):
     x = checks.rng("gelu", n).uniform(-8, 8, n).astype(np.float32)
     out = checks.poison(n)
+    xd = dev(x)
     run(f"gelu_forward(x of {n} elements, out)", "gelu.cu", "gelu_forward",
-        lambda: module("gelu.py").gelu_forward(dev(x), out))
+        lambda: module("gelu.py").gelu_forward(xd, out))
     x64 = x.astype(np.float64)
     sample = slice(None) if n < 5000 else slice(0, 5000)  # the erf reference is slow: diagnose on a sample
     check_gelu(checks.to_host(out)[sample], gelu_tanh(x64)[sample], gelu_erf(x64[sample]),
@@ -112,8 +114,9 @@ def test_gelu_backward_values(n):
     x = r.uniform(-5, 5, n).astype(np.float32)
     g = r.standard_normal(n).astype(np.float32)
     grad_in = checks.poison(n)
+    xd, gd = dev(x), dev(g)
     run(f"gelu_backward(x, grad_out of {n} elements, grad_in)", "gelu.cu", "gelu_backward",
-        lambda: module("gelu.py").gelu_backward(dev(x), dev(g), grad_in))
+        lambda: module("gelu.py").gelu_backward(xd, gd, grad_in))
     x64, g64 = x.astype(np.float64), g.astype(np.float64)
     check_gelu(grad_in, g64 * gelu_tanh_slope(x64), g64 * gelu_erf_slope(x64), f"gelu_backward, n={n}",
                "'s derivative")
@@ -125,7 +128,8 @@ def test_gelu_large_inputs():
     x = np.array([-1e4, -100, -30, -10, -1e-30, 0, 1e-30, 10, 30, 100, 1e4], np.float32)
     out, grad = checks.poison(x.size), checks.poison(x.size)
     gm = module("gelu.py")
-    run("gelu_forward of large |x|", "gelu.cu", "gelu_forward", lambda: gm.gelu_forward(dev(x), out))
+    xd = dev(x)
+    run("gelu_forward of large |x|", "gelu.cu", "gelu_forward", lambda: gm.gelu_forward(xd, out))
     launch_checked("gelu_backward of large |x|", lambda: gm.gelu_backward(dev(x), dev(np.ones_like(x)), grad))
     x64 = x.astype(np.float64)
     # x**3 overflows float32 at |x| = 1e4: tanh(+-inf) is still +-1
@@ -143,9 +147,10 @@ def test_gelu_launchers_any_shape(shape):
     x, g = r.uniform(-4, 4, shape).astype(np.float32), r.standard_normal(shape).astype(np.float32)
     out, grad_in = checks.poison(shape), checks.poison(shape)
     gm = module("gelu.py")
-    run(f"gelu_forward(x of shape {shape}, out)", "gelu.cu", "gelu_forward", lambda: gm.gelu_forward(dev(x), out))
+    xd, gd = dev(x), dev(g)
+    run(f"gelu_forward(x of shape {shape}, out)", "gelu.cu", "gelu_forward", lambda: gm.gelu_forward(xd, out))
     run(f"gelu_backward(x, grad_out of shape {shape}, grad_in)", "gelu.cu", "gelu_backward",
-        lambda: gm.gelu_backward(dev(x), dev(g), grad_in))
+        lambda: gm.gelu_backward(xd, gd, grad_in))
     x64 = x.astype(np.float64)
     checks.assert_close(out, gelu_tanh(x64), rtol=1e-5, atol=2e-6, what=f"gelu_forward, x of shape {shape}")
     checks.assert_close(grad_in, g * gelu_tanh_slope(x64), rtol=1e-5, atol=2e-6,
@@ -196,8 +201,9 @@ def ln_inputs(rows: int, cols: int, *salt: object, scale: float = 2.0, offset: f
 def device_layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> tuple:
     rows, cols = x.shape
     out, mean, rstd = checks.poison((rows, cols)), checks.poison(rows), checks.poison(rows)
+    xd, wd, bd = dev(x), dev(w), dev(b)
     run(f"layernorm_forward(x of shape {x.shape}, eps={eps:g})", "layernorm.cu", "layernorm_forward",
-        lambda: module("layernorm.py").layernorm_forward(dev(x), dev(w), dev(b), out, mean, rstd, eps))
+        lambda: module("layernorm.py").layernorm_forward(xd, wd, bd, out, mean, rstd, eps))
     return checks.to_host(out), checks.to_host(mean), checks.to_host(rstd)
 
 
@@ -301,8 +307,9 @@ def device_layernorm_backward(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: 
     out, mean, rstd = backend.empty((rows, cols)), backend.empty(rows), backend.empty(rows)
     launch_checked("layernorm_forward", lambda: lm.layernorm_forward(xd, wd, dev(b), out, mean, rstd, eps))
     dx, dw, db = checks.poison((rows, cols)), checks.poison(cols), checks.poison(cols)
+    gd = dev(g)
     run(f"layernorm_backward(x of shape {x.shape})", "layernorm.cu", "layernorm_backward",
-        lambda: lm.layernorm_backward(dev(g), xd, wd, mean, rstd, dx, dw, db))
+        lambda: lm.layernorm_backward(gd, xd, wd, mean, rstd, dx, dw, db))
     checks.require_launch("layernorm.cu", "layernorm_param_grads")
     return checks.to_host(dx), checks.to_host(dw), checks.to_host(db)
 
@@ -404,7 +411,7 @@ def device_embedding(ids: np.ndarray, table: np.ndarray) -> np.ndarray:
     out = checks.poison(ids.shape + (table.shape[1],))
     run(f"embedding_forward(ids of shape {ids.shape}, weight of shape {table.shape})", "embedding.cu",
         "embedding_forward",
-        lambda: module("embedding.py").embedding_forward(dev(ids.astype(np.int32)), dev(table), out))
+        partial(module("embedding.py").embedding_forward, dev(ids.astype(np.int32)), dev(table), out))
     return checks.to_host(out)
 
 
@@ -412,7 +419,7 @@ def device_embedding_backward(ids: np.ndarray, g: np.ndarray, vocab: int) -> np.
     grad = checks.poison((vocab, g.shape[-1]))
     run(f"embedding_backward(ids of shape {ids.shape}, grad_out of shape {g.shape})", "embedding.cu",
         "embedding_backward",
-        lambda: module("embedding.py").embedding_backward(dev(ids.astype(np.int32)), dev(g), grad))
+        partial(module("embedding.py").embedding_backward, dev(ids.astype(np.int32)), dev(g), grad))
     return checks.to_host(grad)
 
 
@@ -576,7 +583,7 @@ def test_bmm_values(shape, ta, tb):
     out = checks.poison((batch, m, n))
     what = f"bmm of {batch} x ({m} x {shape[2]}) @ ({shape[2]} x {n})" + (", A transposed" * ta) + (
         ", B transposed" * tb)
-    run(what, "attention.cu", "bmm", lambda: module("attention.py").bmm(dev(a), dev(b), out, ta, tb))
+    run(what, "attention.cu", "bmm", partial(module("attention.py").bmm, dev(a), dev(b), out, ta, tb))
     check_bmm(out, a, b, ta, tb, what)
 
 
@@ -593,7 +600,7 @@ def test_bmm_has_no_shared_memory_race():
         out = checks.poison((2, 33, 35))
         with emu.check_mode():
             run("bmm under the emulator's check mode", "attention.cu", "bmm",
-                lambda a=a, b=b, ta=ta, tb=tb, out=out: module("attention.py").bmm(dev(a), dev(b), out, ta, tb))
+                partial(module("attention.py").bmm, dev(a), dev(b), out, ta, tb))
         check_bmm(out, a, b, ta, tb, "bmm under the emulator's check mode")
 
 
@@ -646,7 +653,7 @@ def check_softmax(got: np.ndarray, s: np.ndarray, scale: float, causal: bool, wh
 def device_softmax(s: np.ndarray, scale: float, causal: bool) -> np.ndarray:
     probs = checks.poison(s.shape)
     run(f"softmax_forward(scores of shape {s.shape}, scale={scale:g}, causal={causal})", "attention.cu",
-        "softmax_forward", lambda: module("attention.py").softmax_forward(dev(s), probs, scale, causal))
+        "softmax_forward", partial(module("attention.py").softmax_forward, dev(s), probs, scale, causal))
     return checks.to_host(probs)
 
 
@@ -662,15 +669,75 @@ def test_softmax_forward_values(t, causal):
                   f"softmax_forward of 3 x ({t} x {t}) scores, causal={causal}")
 
 
+def softmax_mistakes(s: np.ndarray, scale: float, causal: bool) -> list[tuple[str, np.ndarray]]:
+    """What the usual mistakes of a softmax give, computed in float32 as a kernel would (exp overflowing to inf
+    past 88.7, inf / inf and 0 / 0 giving NaN): (what went wrong, its output)."""
+    z = s.astype(np.float32) * np.float32(scale)
+    t = s.shape[-1]
+    visible = np.tril(np.ones((t, t), bool)) if causal else np.ones((t, t), bool)
+    out = []
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        e = np.where(visible, np.exp(z), 0).astype(np.float32)
+        out.append(("exp overflows to inf (expf of 89 already is) and inf / inf is NaN: subtract the row's maximum "
+                    "(over the visible keys) before exp", e / e.sum(axis=-1, keepdims=True)))
+        if causal:
+            m = z.max(axis=-1, keepdims=True)
+            e = np.where(visible, np.exp(z - m), 0).astype(np.float32)
+            out.append(("in rows where a masked key's score is far above every visible one, every visible exp "
+                        "underflows to 0 and 0 / 0 is NaN: the maximum was taken over every key, the masked ones "
+                        "too (or the row was normalised over every key and masked after, then normalised again); "
+                        "take the maximum and the sum over keys j <= t only, inside the kernel",
+                        e / e.sum(axis=-1, keepdims=True)))
+            full = np.exp(z - m)
+            out.append(("the softmax was taken over every key and the masked keys zeroed after it (on the host, or "
+                        "after the kernel's sum): a row's probabilities then come from keys it may not see; mask "
+                        "inside the kernel, before the maximum and the sum",
+                        np.where(visible, full / full.sum(axis=-1, keepdims=True), 0).astype(np.float32)))
+    return out
+
+
+def softmax_evidence(got: np.ndarray, s: np.ndarray, scale: float, causal: bool) -> str:
+    """What the output itself shows: which known mistake reproduces it (computed in float32), else the facts
+    (non-finite values and where, masked keys given probability, rows that do not sum to 1)."""
+    for note, alt in softmax_mistakes(s, scale, causal):
+        with np.errstate(invalid="ignore"):
+            if np.allclose(got, alt, rtol=1e-3, atol=1e-6, equal_nan=True):
+                return note
+    t = s.shape[-1]
+    masked = ~np.tril(np.ones((t, t), bool)) if causal else np.zeros((t, t), bool)
+    facts = []
+    bad = ~np.isfinite(got)
+    if bad.any():
+        where = "masked" if (bad & ~masked).sum() == 0 else "visible" if (bad & masked).sum() == 0 else "both"
+        facts.append(f"{int(bad.sum())} values are NaN or infinite (at {where} keys"
+                     + ("" if where == "masked" else f", in {int(bad.any(axis=-1).sum())} rows") + ")")
+    leaked = masked & np.isfinite(got) & (got != 0)
+    if leaked.any():
+        facts.append(f"{int(leaked.sum())} probabilities of masked keys (j > t) are not 0")
+    with np.errstate(invalid="ignore"):
+        sums = np.where(masked, 0, got).sum(axis=-1)
+    off = np.isfinite(sums) & ~np.isclose(sums, 1, rtol=0, atol=1e-4)
+    if off.any():
+        r = tuple(int(i) for i in np.argwhere(off)[0])
+        facts.append(f"{int(off.sum())} rows' visible probabilities do not sum to 1 (row {r}: {float(sums[r]):.6g})")
+    return "; ".join(facts)
+
+
 @SOFTMAX
-@pytest.mark.hint("subtract the row's maximum (over the visible keys) before exp: expf of 100 is already inf")
+@pytest.mark.hint("mask inside the kernel: the maximum, the sum and the probabilities over keys j <= t only, each "
+                  "exponent scale (s - max) <= 0; read the evidence above")
 def test_softmax_large_scores():
     s = (checks.rng("softmax-large").standard_normal((2, 33, 33)) * 1e4).astype(np.float32)
     got = device_softmax(s, 0.25, True)
+    what = "softmax_forward of scores of size 1e4"
     if not np.all(np.isfinite(got)):
-        raise GradeError("softmax_forward of scores of size 1e4: non-finite probabilities (inf / inf or exp "
-                         "overflow): subtract the row's maximum first")
-    check_softmax(got, s, 0.25, True, "softmax_forward of scores of size 1e4")
+        raise checks.WrongValuesError(f"{what}: {int((~np.isfinite(got)).sum())} of {got.size} probabilities are NaN or "
+                                 f"infinite: {softmax_evidence(got, s, 0.25, True)}")
+    try:
+        check_softmax(got, s, 0.25, True, what)
+    except GradeError as err:
+        evidence = softmax_evidence(got, s, 0.25, True)
+        raise GradeError(f"{err}\n  {evidence}" if evidence and evidence not in str(err) else str(err)) from None
 
 
 @SOFTMAX_BWD
@@ -684,7 +751,7 @@ def test_softmax_backward_values(t, causal):
     dp = r.standard_normal((3, t, t)).astype(np.float32)
     ds = checks.poison((3, t, t))
     run(f"softmax_backward(probs of shape {p.shape}, causal={causal})", "attention.cu", "softmax_backward",
-        lambda: module("attention.py").softmax_backward(dev(p), dev(dp), ds, scale, causal))
+        partial(module("attention.py").softmax_backward, dev(p), dev(dp), ds, scale, causal))
     p64, dp64 = p.astype(np.float64), dp.astype(np.float64)
     expected = scale * p64 * (dp64 - (p64 * dp64).sum(axis=-1, keepdims=True))
     checks.assert_close(ds, expected, rtol=1e-4, atol=1e-6, what=f"softmax_backward, causal={causal}, T={t}")
@@ -942,8 +1009,22 @@ def test_clip_sum_of_squares_has_no_device_memory_race():
                          f"{expected!r}")
 
 
+def sum_squares_evidence(got: float, x: np.ndarray, threads: int) -> str:
+    """What a wrong sum of squares points to, from its value: only the elements one pass of the grid covers
+    (no grid-stride loop), one block's share only (an atomicAdd missing), or a NaN (a value nothing wrote)."""
+    squares = x.astype(np.float64) ** 2
+    close = lambda v: abs(got - v) <= 1e-5 * max(abs(v), 1e-30)  # noqa: E731
+    if close(squares[:threads].sum()):
+        return (f": the sum of the first {threads} squares only, one element a thread: a grid-stride loop "
+                f"(i += gridDim.x * blockDim.x) lets any grid cover any n")
+    if math.isnan(got):
+        return ": NaN, which no sum of squares gives: a value read that nothing wrote (a shared slot, a variable)?"
+    return ": the total is wrong (the block's sum, or how the blocks add into total[0]: one atomicAdd a block)"
+
+
 @pytest.mark.parametrize("kernel", ["sum_squares", "scale_by"])
-@pytest.mark.hint("a grid-stride loop: any grid covers any n (sum_squares: one atomicAdd a block)")
+@pytest.mark.hint("any grid covers any n: a grid-stride loop, then (sum_squares) each block's warps' sums, only the "
+                  "slots its warps wrote, into total[0] with one atomicAdd; read the evidence above")
 def test_clip_kernels_any_grid(kernel):
     n = 9001
     x = checks.rng("clip-grid", kernel).standard_normal(n).astype(np.float32)
@@ -954,8 +1035,8 @@ def test_clip_kernels_any_grid(kernel):
                        lambda: k((3,), (64,), (dev(x), total, np.int64(n))))
         got, expected = float(checks.to_host(total)[0]), float((x.astype(np.float64) ** 2).sum())
         if not abs(got - expected) <= 1e-5 * expected:
-            raise GradeError(f"sum_squares launched with 3 blocks of 64 threads over {n} elements: got {got!r}, "
-                             f"expected {expected!r}: a grid-stride loop covers any n")
+            raise checks.WrongValuesError(f"sum_squares launched with 3 blocks of 64 threads over {n} elements: got "
+                                     f"{got!r}, expected {expected!r}" + sum_squares_evidence(got, x, 3 * 64))
     else:
         xd = dev(x)
         launch_checked("scale_by launched with 3 blocks of 64 threads",
