@@ -49,6 +49,8 @@ from pathlib import Path
 
 from common import ROOT, gpu_name, time_gpu, write_results
 
+from minitorch.backend import toolkit_include_options  # noqa: E402 (common puts the repository on sys.path)
+
 KERNELS = ROOT / "benchmarks" / "kernels"
 RUNG_NAMES = {1: "wmma", 2: "wmma_smem", 3: "mma_ldmatrix", 4: "mma_swizzled", 5: "mma_pipelined",
               6: "wgmma_tma"}
@@ -192,7 +194,7 @@ class Ladder:
         names[(5, RUNG5_CONFIGS[0])] += ["mma_sync_peak<bf16>", "mma_sync_peak<fp16>"]
         if self.hopper:
             names[(6, None)] += ["wgmma_peak<bf16>", "wgmma_peak<fp16>"]
-        opts = ("--std=c++17", "-lineinfo") + _crt_include()
+        opts = ("--std=c++17", "-lineinfo") + toolkit_include_options()
 
         def build(key):
             rung = key[0]
@@ -328,16 +330,6 @@ class Ladder:
                                                                        ctypes.c_int(iters)])
         launch.keep += (sink,)
         return flops / time_gpu(launch, max_seconds=0.3) / 1e12
-
-
-def _crt_include() -> tuple[str, ...]:
-    """-I for the toolkit's crt/mma.h, which the headers of a pip-installed NVRTC may lack (mma.h includes it)."""
-    import os
-
-    for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if root and (Path(root) / "include" / "crt" / "mma.h").exists():
-            return (f"-I{Path(root) / 'include'}",)
-    return ()
 
 
 def _ld(t) -> int:

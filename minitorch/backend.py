@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,6 +32,16 @@ Shape = int | Sequence[int]
 
 class DeviceError(RuntimeError):
     """A device was asked for that does not exist or cannot be used on this machine."""
+
+
+@functools.cache
+def toolkit_include_options() -> tuple[str, ...]:
+    """``-I`` for the CUDA toolkit's headers where a pip-installed NVRTC lacks some of them: its ``mma.h``
+    (WMMA, Phase 8) includes ``crt/mma.h``, which only a full toolkit ships. Empty when none is found."""
+    for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+        if root and (Path(root) / "include" / "crt" / "mma.h").exists():
+            return (f"-I{Path(root) / 'include'}",)
+    return ()
 
 
 class Backend:
@@ -120,7 +131,7 @@ class CudaBackend(Backend):
 
     def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802
                   name_expressions: Sequence[str] | None = None, *, filename: str | None = None) -> Any:
-        return self.cupy.RawModule(code=code, options=tuple(options),
+        return self.cupy.RawModule(code=code, options=tuple(options) + toolkit_include_options(),
                                    name_expressions=name_expressions)
 
     def asarray(self, host: np.ndarray) -> Any:

@@ -344,6 +344,7 @@ def test_lines_after_a_multiline_asm_keep_their_numbers() -> None:
 @pytest.mark.gpu
 def test_gpu_gives_the_emulators_bits() -> None:
     cp = pytest.importorskip("cupy")
+    from minitorch.backend import toolkit_include_options
 
     def both(src: str, name: str, grid: int, block: int, host_args: list, outs: list[int],
              shared_mem: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -351,7 +352,7 @@ def test_gpu_gives_the_emulators_bits() -> None:
         e_args = [emu.asarray(a) if isinstance(a, np.ndarray) else a for a in host_args]
         g_args = [cp.asarray(a) if isinstance(a, np.ndarray) else a for a in host_args]
         emu.RawModule(code=src).get_function(name)((grid,), (block,), tuple(e_args), shared_mem=shared_mem)
-        cp.RawModule(code=src).get_function(name)((grid,), (block,), tuple(g_args), shared_mem=shared_mem)
+        cp.RawModule(code=src, options=toolkit_include_options()).get_function(name)((grid,), (block,), tuple(g_args), shared_mem=shared_mem)
         return [(e_args[i].get(), cp.asnumpy(g_args[i])) for i in outs]
 
     bits = float_patterns()
