@@ -479,8 +479,10 @@ def _pointer(a: Any) -> int | None:
 
 # The errors CUDA (and the emulator, which copies its wording) raises for work a graph cannot capture: a copy
 # between host and device, or a wait for the device (every read back to the host waits).
+# CUDA's refusals, and CuPy's own: CuPy refuses a transfer on a capturing stream before calling CUDA
+# ("the current stream is capturing, so D2H transfers are disallowed"), seen on an H200.
 _CAPTURE_REFUSALS = ("cudaErrorStreamCapture", "operation not permitted when stream is capturing",
-                     "CUDA_ERROR_STREAM_CAPTURE")
+                     "CUDA_ERROR_STREAM_CAPTURE", "the current stream is capturing")
 
 
 def _capture_refusal(exc: BaseException | None) -> BaseException | None:

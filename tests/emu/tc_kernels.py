@@ -235,8 +235,8 @@ extern "C" __global__ void small_copies(const float* in, float* out) {
 }
 
 // ---- the forms inline PTX takes in real kernels
-// a macro spanning lines; a { .reg ... } block (CUTLASS's shared-address idiom); symbolic operand
-// names; an input tied to an output ("0")
+// a macro spanning lines; a { .reg ... } block (CUTLASS's shared-address idiom); an operand both
+// read and written ("+r"). (NVRTC refuses symbolic operand names and a "0"-tied input here: seen on an H200)
 #define CP_ASYNC_CG(dst, src) \
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" \
                  :: "r"(dst), "l"(src))
@@ -255,9 +255,9 @@ extern "C" __global__ void forms(const float* in, float* out) {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     __syncthreads();
     float v = s[(4 * threadIdx.x + 7) % 128], w;
-    asm("mov.b32 %[w], %[v];" : [w] "=f"(w) : [v] "f"(v));
-    unsigned t;
-    asm("mov.u32 %0, %0;" : "=r"(t) : "0"(threadIdx.x));
+    asm("mov.b32 %0, %1;" : "=f"(w) : "f"(v));
+    unsigned t = threadIdx.x;  // read and written: "+r" (nvcc refuses a "0"-tied input here)
+    asm("mov.u32 %0, %0;" : "+r"(t));
     out[threadIdx.x] = w + t;
 }
 """

@@ -44,7 +44,8 @@ pytestmark = [
 
 
 def rejected_for_the_copy(checks: list[dict]) -> None:
-    assert checks and all(c["result"] == "FAIL" and HOST_COPY in c["reason"] for c in checks), checks
+    assert checks and all(c["result"] == "FAIL" and HOST_COPY in c["reason"] for c in checks), [
+        (c["name"], c["result"], c["reason"][:300]) for c in checks]
     assert all("device" in c["hint"] or "host" in c["hint"] for c in checks), checks
 
 
