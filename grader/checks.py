@@ -312,6 +312,8 @@ def _check_mode_report(exc: BaseException, function: str, filename: str, grid: t
         return None
     headline, fix = FAULTS[kind]
     detail = str(exc).split(": ", 1)[-1] if str(exc).startswith("kernel `") else str(exc)
+    # Without the emulator's CUDA error code: the report would take the note for a crash of the CUDA context.
+    detail = _without_error_code(detail)
     return (f"{CHECK_MODE_SOURCE}, running `{function}` ({filename}, grid {tuple(grid)}, block {tuple(block)}) again, "
             f"found why: {headline}:\n  {detail}\n  what to check: {fix}")
 

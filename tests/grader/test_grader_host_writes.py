@@ -192,6 +192,20 @@ def test_check_mode_names_the_shared_slots_no_warp_wrote(emu_kernels):
     assert "blockDim.x / 32" in fault_hint("sum: got nan, expected 1000.0\n  " + finding)
 
 
+def test_a_check_mode_note_never_reads_as_a_crash(emu_kernels):
+    """An out-of-bounds read found by check mode: the note leaves out the emulator's CUDA error code, which the
+    report would take for a crash (and the plugin for a poisoned CUDA context)."""
+    from grader.pytest_plugin import POISONED_CONTEXT
+    from grader.tests_step import _classify_failure
+
+    x = backend.asarray(np.ones(10, np.float32))
+    with kernels.recording() as launches:
+        emu_kernels("twice")((1,), (32,), (x, backend.zeros(12), np.int64(12)))  # reads x[10], x[11]
+    finding = checks.check_mode_finding(launches)
+    assert finding is not None and "out-of-bounds" in finding, finding
+    assert _classify_failure("values differ\n  " + finding) == "FAIL" and not POISONED_CONTEXT.search(finding)
+
+
 def test_check_mode_in_a_subprocess_finds_the_same(emu_kernels):
     """On a GPU the launches run again on the emulator in a subprocess, from copies of their arrays (here: the
     same path taken from the emulator)."""
