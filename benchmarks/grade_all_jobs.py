@@ -38,7 +38,7 @@ def cpu_name() -> str:
 
 
 def machine_slug(cores: int) -> str:
-    name = re.sub(r"\(.*?\)|processor|\d+-core", "", cpu_name(), flags=re.I)
+    name = re.sub(r"\(.*?\)|@.*|processor|\d+-core", "", cpu_name(), flags=re.I)
     words = [w for w in re.split(r"[^a-z0-9]+", name.lower()) if w][:3]
     return "-".join([*words, f"{cores}-cores"])
 
