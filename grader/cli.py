@@ -202,6 +202,9 @@ COMMANDS = {"check": cmd_check, "status": cmd_status, "labs": cmd_labs, "grade-a
             "gradescope": cmd_gradescope, "classroom": cmd_classroom}
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["classroom"]:  # its own parser (argparse's REMAINDER would swallow no leading --help)
+        return classroom.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
