@@ -19,7 +19,7 @@ WHEEL_PLATFORM ?= manylinux_2_28_x86_64
 PHASES := phase1 phase2 phase3a phase3b phase4 phase5 phase6 phase7
 GPU_TOOLS := nbval==0.11.0 nbformat==5.10.4 nbclient==0.11.0 ipykernel==7.4.0 pytest-timeout==2.4.0 pytest==9.0.3
 
-.PHONY: help venv test sandbox-tool check-book-layout test-fast lint book test-gpu benchmarks-gpu wheelhouse labs data clean
+.PHONY: help venv test sandbox-tool check-book-layout test-fast lint book test-gpu benchmarks-gpu wheelhouse labs data clean gradescope
 
 help:
 	@echo "make book        build the course into _build/html (creates .venv, installs everything)"
@@ -28,6 +28,7 @@ help:
 	@echo "make wheelhouse  wheels of the grading stack for an offline GPU machine"
 	@echo "                 (WHEEL_PYTHON=$(WHEEL_PYTHON) WHEEL_PLATFORM=$(WHEEL_PLATFORM))"
 	@echo "make labs        regenerate labs/ from solutions/"
+	@echo "make gradescope PHASE=phase1  the Gradescope autograder zip of a phase (autograder-<phase>.zip)"
 	@echo "make check-book-layout  the built book in headless Chromium: phone width, cut-off code, offline math"
 	@echo "make data        write data/sales.tsv (synthetic sales, Phase 4) unless you have your own"
 
@@ -72,6 +73,11 @@ book: $(STAMP)
 
 labs: $(STAMP)
 	$(VPY) -m grader labs
+
+# Instructors: the autograder zip of one phase for a Gradescope programming assignment (book/grading.md).
+gradescope: $(STAMP)
+	@test -n "$(PHASE)" || { echo "make gradescope PHASE=phase1 (the phase to grade)"; exit 2; }
+	$(VPY) -m grader gradescope $(PHASE) --out autograder-$(PHASE).zip
 
 # The built book in headless Chromium (apt-get install chromium): no page wider than a 400 px phone,
 # no lab or appendix code block scrolling at 1280 px, every formula typeset with no network (MathJax

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as _dt
 import json
 import sys
-import tempfile
 from pathlib import Path
 
-from grader import deliverables, labs, paths, progress, sandbox
+from grader import classroom, grade_all, gradescope, labs, paths, progress, sandbox
 from grader.gate import PhaseLocked, require
 from grader.phases import UnknownPhaseError, get_phase
-from grader.report import CheckResult, render_report, render_table
-from grader.runner import DEFAULT_TIMEOUT_S, CheckOptions, NotPublishedError, check_phase, write_solution_files
+from grader.report import render_report, render_table
+from grader.runner import DEFAULT_TIMEOUT_S, CheckOptions, NotPublishedError, check_phase
 
 EXIT_PASSED, EXIT_FAILED, EXIT_CANNOT_GRADE = 0, 1, 2
 
@@ -68,11 +65,29 @@ def build_parser() -> argparse.ArgumentParser:
     grade_all.add_argument("submissions", type=Path,
                            help="one sub-directory per learner, holding <lab>.ipynb (or labs/<lab>.ipynb)")
     grade_all.add_argument("--phase", required=True)
-    grade_all.add_argument("--csv", type=Path, required=True, help="write one row per submission here")
+    grade_all.add_argument("--csv", type=Path, required=True,
+                           help="one row per submission, written as each finishes; rerunning with the same "
+                                "CSV grades only the submissions without a row")
+    grade_all.add_argument("--jobs", "-j", type=int, default=1, metavar="N",
+                           help="grade N submissions at once, each in its own sandbox (on a GPU: at most one "
+                                "per GPU, so that no two timed checks share one)")
+    grade_all.add_argument("--reports", type=Path, metavar="DIR",
+                           help="write each learner's report here (default: <csv name>-reports/ beside the CSV)")
     grade_all.add_argument("--unsandboxed", action="store_true",
                            help="grade without the bubblewrap sandbox, with your own permissions "
                                 "(only for code you trust)")
     _add_check_options(grade_all)
+
+    gs = sub.add_parser("gradescope", help="instructors: build a phase's Gradescope autograder zip")
+    gs.add_argument("phase")
+    gs.add_argument("--out", type=Path, help="the zip to write (default: autograder-<phase>.zip)")
+    gs.add_argument("--points", type=float, default=100.0, help="the phase's points on Gradescope (default 100)")
+    gs.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                    help=f"limit for each notebook cell and each graded test (default {DEFAULT_TIMEOUT_S:g})")
+
+    room = sub.add_parser("classroom", add_help=False,
+                          help="GitHub Classroom's workflow: `classroom grade`, `classroom points <phase>`")
+    room.add_argument("rest", nargs=argparse.REMAINDER)
     return parser
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -148,71 +163,6 @@ def cmd_labs(args: argparse.Namespace) -> int:
         print(f"{len(failed)} lab(s) out of date: run `grader labs` and commit labs/", file=sys.stderr)
     return EXIT_FAILED if failed else EXIT_PASSED
 
-def _find_submission_notebook(sub: Path, lab: str) -> Path | None:
-    for candidate in (sub / f"{lab}.ipynb", sub / "labs" / f"{lab}.ipynb"):
-        if candidate.exists():
-            return candidate
-    return None
-
-def _check_args(args: argparse.Namespace, phase) -> list[str]:
-    """The options of `grade-all` passed on to the sandboxed `grader check` (the phase first)."""
-    out = [phase.name, "--timeout", str(args.timeout)]
-    if args.device:
-        out += ["--device", args.device]
-    if args.require_perf:
-        out.append("--require-perf")
-    if args.sanitize:
-        out.append("--sanitize")
-    if args.seed is not None:
-        out += ["--seed", str(args.seed)]
-    return out
-
-def _with_deliverable(row: dict, verdict: deliverables.Verdict | None) -> dict:
-    """A row's verdict: the report's, and the deliverable as the grader re-evaluated it from the files."""
-    if verdict is None:
-        return row
-    failed = [row["failed_checks"]] if row.get("failed_checks") else []
-    if not verdict.passed:
-        failed.append(f"{verdict.deliverable} (re-evaluated by the grader): {verdict.message}")
-    return {**row, "passed": bool(row["passed"]) and verdict.passed, "deliverable": str(verdict),
-            "failed_checks": "; ".join(failed)}
-
-
-def _grade_unsandboxed(args: argparse.Namespace, phase, notebook: Path) -> dict:
-    with tempfile.TemporaryDirectory(prefix="grader-ws-") as ws:
-        write_solution_files(Path(ws), phase, include_own=False)  # earlier phases: the reference files
-        report = check_phase(CheckOptions(
-            phase=phase, device=args.device, notebook=notebook, workspace=Path(ws), timeout_s=args.timeout,
-            require_perf=args.require_perf, sanitize=args.sanitize, seed=args.seed, record=False))
-        verdict = deliverables.verify(phase.name, Path(ws))
-    failed = [c for c in report.checks if c.blocking(report.require_perf)]
-    row = {"passed": report.passed, "device": report.device, "seed": report.seed,
-           "passed_checks": sum(c.result == "PASS" for c in report.checks),
-           "failed_checks": "; ".join(f"{c.name} [{c.result}]" for c in failed)}
-    return _with_deliverable(row, verdict)
-
-
-def _grade_sandboxed(args: argparse.Namespace, phase, sub: Path, notebook: Path) -> dict:
-    result = sandbox.grade_in_sandbox(sub, notebook, args.submissions, _check_args(args, phase),
-                                      sandbox.Limits(wall_seconds=max(600.0, 20 * args.timeout)),
-                                      prepare=lambda ws: write_solution_files(ws, phase, include_own=False))
-    report = result.report
-    if report is None:
-        if result.returncode is None:
-            why = "killed after the sandbox's time limit"
-        elif result.rejected:
-            why = "the report channel carried a report that failed authentication (refused)"
-        else:
-            why = f"no authentic report (exit code {result.returncode}): " + result.output.strip()[-300:]
-        return _with_deliverable({"passed": False, "failed_checks": f"sandbox: {why}"}, result.deliverable)
-    require_perf = bool(report.get("require_perf"))
-    checks = report.get("checks") or []
-    failed = [c for c in checks if CheckResult(c.get("name", ""), str(c.get("result")), "", "").blocking(require_perf)]
-    row = {"passed": bool(report.get("passed")), "device": report.get("device"), "seed": report.get("seed"),
-           "passed_checks": sum(c.get("result") == "PASS" for c in checks),
-           "failed_checks": "; ".join(f"{c.get('name')} [{c.get('result')}]" for c in failed)}
-    return _with_deliverable(row, result.deliverable)
-
 def cmd_grade_all(args: argparse.Namespace) -> int:
     phase = get_phase(args.phase)
     if not phase.published:
@@ -221,34 +171,40 @@ def cmd_grade_all(args: argparse.Namespace) -> int:
     if not args.unsandboxed and (why := sandbox.check_works()):
         print(f"grader grade-all: {why}", file=sys.stderr)
         return EXIT_CANNOT_GRADE
-    rows = []
-    course = progress.course_version()  # the instructor's course grades every submission
-
-    def graded(sub: Path, row: dict) -> dict:
-        return {"submission": sub.name, "phase": phase.name, **row,
-                "graded_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "course_version": course}
-
-    for sub in sorted(p for p in args.submissions.iterdir() if p.is_dir()):
-        notebook = _find_submission_notebook(sub, phase.lab)
-        if notebook is None:
-            rows.append(graded(sub, {"passed": False, "failed_checks": f"no {phase.lab}.ipynb"}))
-            continue
-        row = (_grade_unsandboxed(args, phase, notebook) if args.unsandboxed
-               else _grade_sandboxed(args, phase, sub, notebook))
-        rows.append(graded(sub, row))
-        print(f"{sub.name:30} {'PASSED' if row['passed'] else 'NOT PASSED'}", flush=True)
-    # progress.GRADE_FIELDS under the names `grader status --json` uses, then what only grading shows
-    fields = ["submission", *progress.GRADE_FIELDS, "passed_checks", "failed_checks", "deliverable"]
-    with open(args.csv, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    print(f"wrote {args.csv} ({len(rows)} submissions)")
+    try:
+        grade_all.grade_all(args, phase)
+    except grade_all.GradeAllError as err:
+        print(f"grader grade-all: {err}", file=sys.stderr)
+        return EXIT_CANNOT_GRADE
+    except KeyboardInterrupt:
+        sandbox.kill_running()
+        return 130
     return EXIT_PASSED
 
-COMMANDS = {"check": cmd_check, "status": cmd_status, "labs": cmd_labs, "grade-all": cmd_grade_all}
+def cmd_gradescope(args: argparse.Namespace) -> int:
+    phase = get_phase(args.phase)
+    out = args.out or Path(f"autograder-{phase.name}.zip")
+    try:
+        gradescope.build(phase, out, points=args.points, timeout_s=args.timeout)
+    except ValueError as err:
+        print(f"grader gradescope: {err}", file=sys.stderr)
+        return EXIT_CANNOT_GRADE
+    print(f"wrote {out}: upload it as the autograder of a Gradescope programming assignment worth "
+          f"{args.points:g} points (Ubuntu base image); learners submit {phase.lab}.ipynb")
+    return EXIT_PASSED
+
+
+def cmd_classroom(args: argparse.Namespace) -> int:
+    return classroom.main(args.rest)
+
+
+COMMANDS = {"check": cmd_check, "status": cmd_status, "labs": cmd_labs, "grade-all": cmd_grade_all,
+            "gradescope": cmd_gradescope, "classroom": cmd_classroom}
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["classroom"]:  # its own parser (argparse's REMAINDER would swallow no leading --help)
+        return classroom.main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)

@@ -277,6 +277,21 @@ def _read_all(fd: int, limit: int, into: list[bytes]) -> None:
         total += len(chunk)
 
 
+# The sandboxes running now (grade-all grades several at once): an interrupted grade-all kills them, since
+# they run in their own session and Ctrl-C does not reach them.
+_RUNNING: set[subprocess.Popen] = set()
+_RUNNING_LOCK = threading.Lock()
+
+
+def kill_running() -> int:
+    """Kill every sandbox started by this process that is still running; returns how many."""
+    with _RUNNING_LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        proc.kill()  # bwrap dies, and each sandbox's PID namespace with it
+    return len(procs)
+
+
 @dataclass
 class SandboxResult:
     report: dict | None      # `grader check --json` as sent through the report channel, or None
@@ -288,10 +303,12 @@ class SandboxResult:
 
 def grade_in_sandbox(submission_dir: Path, notebook: Path, submissions: Path, grade_args: list[str],
                      limits: Limits | None = None,
-                     prepare: Callable[[Path], None] | None = None) -> SandboxResult:
+                     prepare: Callable[[Path], None] | None = None,
+                     extra_env: dict[str, str] | None = None) -> SandboxResult:
     """Copy the submission into a fresh stage, run `grader check` over it in the sandbox, read its
     authenticated report, then re-evaluate the phase's deliverable from the files it saved.
-    `prepare(workspace)` fills the workspace first (the earlier phases' files)."""
+    `prepare(workspace)` fills the workspace first (the earlier phases' files); `extra_env` is added to
+    the sandbox's environment (grade-all's GPU slot: CUDA_VISIBLE_DEVICES)."""
     with tempfile.TemporaryDirectory(prefix="grader-sandbox-") as tmp:
         stage = Path(tmp)
         shutil.copytree(submission_dir, stage / "submission", symlinks=False,
@@ -314,7 +331,7 @@ def grade_in_sandbox(submission_dir: Path, notebook: Path, submissions: Path, gr
                  "--no-record", "--json", "--report-fd", str(report_w), "--report-key-fd", str(key_r)]
         limits = limits or Limits()
         cmd = command(inner, stage, submissions, limits)
-        env = sandbox_env(os.environ.copy())
+        env = sandbox_env({**os.environ, **(extra_env or {})})
         received: list[bytes] = []
         try:
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -324,6 +341,8 @@ def grade_in_sandbox(submission_dir: Path, notebook: Path, submissions: Path, gr
             os.close(key_r)
         reader = threading.Thread(target=_read_all, args=(report_r, MAX_REPORT_BYTES, received), daemon=True)
         reader.start()
+        with _RUNNING_LOCK:
+            _RUNNING.add(proc)
         try:
             output, _ = proc.communicate(timeout=limits.wall_seconds)
             returncode: int | None = proc.returncode
@@ -331,6 +350,9 @@ def grade_in_sandbox(submission_dir: Path, notebook: Path, submissions: Path, gr
             proc.kill()  # bwrap dies, and the sandbox's PID namespace with it
             output, _ = proc.communicate()
             returncode = None
+        finally:
+            with _RUNNING_LOCK:
+                _RUNNING.discard(proc)
         reader.join(timeout=60)
         os.close(report_r)
         data = b"".join(received)
