@@ -112,8 +112,10 @@ def test_sigmoid_backward_from_the_input_is_rejected(tmp_path):
 
 
 def test_bias_grad_summing_rows_is_rejected(tmp_path):
-    files = mutate("backward.cu", "for (int r = 0; r < rows; ++r) {\n            sum += grad_out[(long long)r * cols + c];",
-                   "for (int j = 0; j < cols; ++j) {\n            sum += grad_out[(long long)c * cols + j];  // row c")
+    files = mutate("backward.cu", "for (int r = r0 + ty; r < r1; r += blockDim.y) {\n"
+                                  "                sum += grad_out[(long long)r * cols + c];",
+                   "for (int j = ty; j < cols; j += blockDim.y) {\n"
+                   "                sum += grad_out[(long long)c * cols + j];  // row c")
     report = grade(tmp_path, "phase3b", files, "test_bias_grad_values")
     checks = failed(report, "test_bias_grad_values", ("FAIL", "CRASH"))
     assert any("column sums" in c["reason"] and "differ" in c["reason"] for c in checks), checks
