@@ -34,7 +34,14 @@ pytestmark = [
 ]
 
 VISIBLE = "        const int visible = causal ? (int)(row % cols) + 1 : cols;\n"
-SAMPLE_VARIANCE = "        const float r = 1.0f / sqrtf(warp_sum(q) / cols + eps);  // both correctly rounded\n"
+# 1/sigma in layernorm_forward: once on the row-in-registers path, once on the general one
+RSTD = "r = 1.0f / sqrtf(warp_sum(q) / cols + eps);"
+
+
+def replace_rstd(source: str, new: str) -> str:
+    """The same mistake on both of layernorm_forward's paths."""
+    assert source.count(RSTD) == 2, f"fixture out of date with the solution: {RSTD!r} not found twice"
+    return source.replace(RSTD, new)
 GELU_SLOPE = """        const float t = tanhf(GELU_SQRT_2_OVER_PI * (v + GELU_CUBIC * v2 * v));
         const float du = GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_CUBIC * v2);
         grad_in[i] =
@@ -143,8 +150,7 @@ def test_sample_variance_and_a_numpy_launcher_are_rejected(tmp_path):
     """- layernorm_forward divides by cols - 1 (the sample variance);
     - gelu.py computes the GELU with NumPy and copies it in, launching nothing."""
     files = solution_sources()
-    files["layernorm.cu"] = replace_once(files["layernorm.cu"], SAMPLE_VARIANCE,
-                                         "        const float r = 1.0f / sqrtf(warp_sum(q) / (cols - 1) + eps);\n")
+    files["layernorm.cu"] = replace_rstd(files["layernorm.cu"], "r = 1.0f / sqrtf(warp_sum(q) / (cols - 1) + eps);")
     files["gelu.py"] = replace_once(
         files["gelu.py"], GELU_LAUNCH,
         "        h = backend.asnumpy(x).astype(np.float64)  # NumPy, not the kernel\n"
@@ -162,8 +168,7 @@ def test_eps_outside_the_square_root_and_a_result_overwritten_from_the_host_are_
     """- layernorm_forward computes 1 / (sqrt(var) + eps);
     - bmm launches its kernel, then copies a NumPy product over the result."""
     files = solution_sources()
-    files["layernorm.cu"] = replace_once(files["layernorm.cu"], SAMPLE_VARIANCE,
-                                         "        const float r = 1.0f / (sqrtf(warp_sum(q) / cols) + eps);\n")
+    files["layernorm.cu"] = replace_rstd(files["layernorm.cu"], "r = 1.0f / (sqrtf(warp_sum(q) / cols) + eps);")
     files["attention.py"] = replace_once(
         files["attention.py"], BMM_LAUNCH_END, BMM_LAUNCH_END +
         "    a_h, b_h = backend.asnumpy(a), backend.asnumpy(b)  # then NumPy's answer, copied in\n"
