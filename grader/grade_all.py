@@ -292,7 +292,9 @@ def grade_all(args: argparse.Namespace, phase: Phase) -> int:
         for sub in todo:
             pending[pool.submit(one, sub)] = sub
         while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            # With a timeout: the main thread comes back to Python twice a second, so a Ctrl-C that lands just
+            # before it blocks is acted on at once, not when the submission being graded finishes.
+            done, _ = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
             for fut in done:
                 sub = pending.pop(fut)
                 row = fut.result()
