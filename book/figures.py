@@ -117,12 +117,16 @@ def _load(path: Path, benchmark: str) -> Results:
                    dict(data.get("software") or {}), data["results"], path)
 
 
+def every_card(benchmark: str) -> list[Results]:
+    """Every ``<benchmark>-*.json`` in the results folder (one a GPU), in file-name order."""
+    return [_load(p, benchmark) for p in sorted(results_dir().glob(f"{benchmark}-*.json"))]
+
+
 def latest(benchmark: str) -> Results | None:
     """The newest ``<benchmark>-*.json`` in the results folder, or None if there is none."""
-    paths = sorted(results_dir().glob(f"{benchmark}-*.json"))
-    if not paths:
+    loaded = every_card(benchmark)
+    if not loaded:
         return None
-    loaded = [_load(p, benchmark) for p in paths]
     return max(loaded, key=lambda r: (r.date, r.path.name))
 
 

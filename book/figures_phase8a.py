@@ -27,6 +27,7 @@ from figures import (
     VERMILLION,
     Results,
     _load,
+    every_card,
     glue_figure,
     glue_md,
     missing_figure,
@@ -59,8 +60,7 @@ def _slug(path: Path) -> str:
 
 def all_results() -> list[Results]:
     """Every committed ladder, the H100 first (the chapter's reference card), then the others by name."""
-    loaded = [_load(p, BENCH) for p in sorted(results_dir().glob(f"{BENCH}-*.json"))]
-    return sorted(loaded, key=lambda r: ("H100" not in r.device, r.device))
+    return sorted(every_card(BENCH), key=lambda r: ("H100" not in r.device, r.device))
 
 
 def _raw(res: Results) -> dict:
