@@ -611,7 +611,7 @@ def test_bmm_has_no_shared_memory_race():
 
 SOFTMAX = pytest.mark.kernel("attention.cu", "softmax_forward")
 SOFTMAX_BWD = pytest.mark.kernel("attention.cu", "softmax_backward")
-SEQUENCES = [1, 2, 7, 31, 64, 130]
+SEQUENCES = [1, 2, 7, 12, 31, 64, 130]
 
 
 def softmax_reference(s: np.ndarray, scale: float, causal: bool, *, shift: int = 0, axis: int = -1) -> np.ndarray:

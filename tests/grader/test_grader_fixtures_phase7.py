@@ -59,7 +59,6 @@ BMM_LAUNCH_END = """         np.int64(K * N), np.int64(M * N), np.int32(bool(tra
 GELU_LAUNCH = """        load_kernel("gelu.cu", "gelu_forward")(
             (blocks_for(n),), (THREADS,), (x, out, np.int64(n)))
 """
-SOFTMAX_BODY_START = "    // HINT: visible = row % cols + 1 if causal; max, sum of exps, write every column\n"
 # softmax_forward normalising each COLUMN (one key over the queries) instead of each row: the same mask, transposed
 WRONG_AXIS_BODY = """    const int lane = threadIdx.x % WARP;
     const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
