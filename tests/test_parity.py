@@ -337,7 +337,7 @@ def _phase7(function: str):
             ta, tb = bool(n % 2), bool(n % 3 == 0)
             a, b = ints((batch, k, m) if ta else (batch, m, k)), ints((batch, cols, k) if tb else (batch, k, cols))
             out = poisoned((batch, m, cols))
-            launch("attention.cu", ((cols + 31) // 32, (m + 31) // 32, batch), (32, 8), dev(a), dev(b), out,
+            launch("attention.cu", ((cols + 63) // 64, (m + 63) // 64, batch), (16, 16), dev(a), dev(b), out,
                    np.int32(m), np.int32(cols), np.int32(k), np.int64(m * k), np.int64(k * cols),
                    np.int64(m * cols), np.int32(ta), np.int32(tb))
             a64 = np.swapaxes(a, 1, 2).astype(np.float64) if ta else a.astype(np.float64)

@@ -545,9 +545,10 @@ def test_embedding_kernels_any_grid(kernel):
 
 BMM = pytest.mark.kernel("attention.cu", "bmm")
 # (batch, M, K, N): single elements; odd sizes; attention's shapes for head dims 16, 32, 64 (Q Kᵀ: T x D x T,
-# P V: T x T x D); sequences of 1 and of prime lengths; tiles cut at every edge.
+# P V: T x T x D); sequences of 1 and of prime lengths; tiles cut at every edge; rows of a multiple of 4 floats
+# (16-byte loads) over several steps of k, the last one partial.
 BMM_SHAPES = [(1, 1, 1, 1), (3, 7, 5, 9), (4, 64, 16, 64), (4, 64, 64, 16), (2, 31, 32, 31), (2, 37, 37, 64),
-              (5, 1, 16, 1), (2, 33, 70, 31), (1, 129, 7, 65)]
+              (5, 1, 16, 1), (2, 33, 70, 31), (1, 129, 7, 65), (2, 68, 36, 132)]
 
 
 def bmm_operands(shape: tuple, ta: bool, tb: bool, *salt: object) -> tuple[np.ndarray, np.ndarray]:
@@ -598,9 +599,10 @@ def test_bmm_has_no_shared_memory_race():
         pytest.skip("races are found by the emulator's check mode (grader check phase7 --device emu)")
     from minitorch import emu
 
-    for ta, tb in ((False, True), (True, False)):
-        a, b = bmm_operands((2, 33, 40, 35), ta, tb, "race")
-        out = checks.poison((2, 33, 35))
+    # K = 40: several steps over k; odd rows (loads one float at a time) and rows of a multiple of 4 (16-byte loads)
+    for (m, n), ta, tb in (((33, 35), False, True), ((33, 35), True, False), ((36, 68), False, False)):
+        a, b = bmm_operands((2, m, 40, n), ta, tb, "race")
+        out = checks.poison((2, m, n))
         with emu.check_mode():
             run("bmm under the emulator's check mode", "attention.cu", "bmm",
                 partial(module("attention.py").bmm, dev(a), dev(b), out, ta, tb))

@@ -842,6 +842,9 @@ def _findings(k: Kernel, loaded: _Loaded, res: rt.EmuResult,
         return None
     seen: set[str] = set()  # one report per text (an atomicAdd's load and its compare-and-swap, ...)
     keep = [n for n, fd in enumerate(found) if not fd.get("benign") and not (out[n] in seen or seen.add(out[n]))]
+    # a shared-memory race first: a missing __syncthreads() also lets a thread read a tile no thread has stored yet
+    # (the second copy of a double-buffered tile), and the race names the barrier to add, the uninitialised read does not
+    keep.sort(key=lambda n: found[n]["kind"] == "uninitialised-read")
     out, found = [out[n] for n in keep], [found[n] for n in keep]
     items = [items[n] for n in keep]
     total = int(res.n_findings_total)

@@ -373,6 +373,31 @@ extern "C" __global__ void k(float* out) {
     assert 60 <= f["thread"][0] < 64 and f["offset"] == 4 * f["thread"][0]
 
 
+def test_check_mode_names_the_missing_barrier_of_a_double_buffered_loop_before_its_uninitialised_reads() -> None:
+    # without the barrier at the end of a step, a thread reads the second copy of the tile before anyone stored it
+    # (an uninitialised read) and reads the first copy while others write it (a race): the race is the cause and
+    # names the barrier to add, so it leads the report and gives the fault its kind
+    src = r"""
+extern "C" __global__ void k(const float* x, float* out, int steps) {
+    __shared__ float tile[2][64];
+    tile[0][threadIdx.x] = x[threadIdx.x];
+    __syncthreads();
+    float acc = 0.0f;
+    for (int s = 0; s < steps; ++s) {
+        acc += tile[s & 1][63 - threadIdx.x];  // @read
+        if (s + 1 < steps) tile[(s + 1) & 1][threadIdx.x] = x[(s + 1) * 64 + threadIdx.x];  // @store
+    }
+    out[threadIdx.x] = acc;
+}
+"""
+    x = RNG.standard_normal(4 * 64).astype(np.float32)
+    with emu.check_mode(), pytest.raises(emu.KernelFault) as ei:
+        mod(src).get_function("k")((1,), (64,), (emu.asarray(x), emu.zeros(64), np.int32(4)))
+    kinds = [f["kind"] for f in ei.value.findings]
+    assert "uninitialised-read" in kinds and ei.value.kind != "uninitialised-read", kinds
+    assert kinds.index("uninitialised-read") > 0 and "__syncthreads()" in str(ei.value).split("\n  - ")[1]
+
+
 def test_check_mode_reports_static_and_dynamic_shared_overruns() -> None:
     src = r"""
 extern "C" __global__ void k(float* out, int idx) {

@@ -82,7 +82,7 @@ WRONG_AXIS_BODY = """    const int lane = threadIdx.x % WARP;
         }
     }
 """
-BMM_SECOND_BARRIER = "        __syncthreads();  // everyone is done with the tiles before they change\n"
+BMM_SECOND_BARRIER = "        __syncthreads();  // the next tiles are stored, and nobody reads these any more\n"
 
 
 def solution_sources() -> dict[str, str]:
