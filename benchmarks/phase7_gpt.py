@@ -99,6 +99,7 @@ def bandwidth_rows(device: str, small: bool) -> list[dict]:
     lm.layernorm_forward(x, w, b, out, mean, rstd)
     s, p = arr(bh, t, t), backend.empty((bh, t, t))
     n = bh * t * t
+    validate_kernels(lm, am, (x, g, w, b, out, mean, rstd, dx, dw, db), (s, p))
     cases = [("layernorm_forward", f"{rows} x {cols}", lambda: lm.layernorm_forward(x, w, b, out, mean, rstd),
               8 * rows * cols, rows * cols),
              ("layernorm_backward", f"{rows} x {cols}",
@@ -114,6 +115,55 @@ def bandwidth_rows(device: str, small: bool) -> list[dict]:
                          "ratio": gbps / copy_gbps, "seconds": seconds})
         print(f"{name:>24} {shape:>16}: {gbps:8.1f} GB/s = {gbps / copy_gbps:.2f} x copy", flush=True)
     return out_rows
+
+
+def agree(what: str, got: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> None:
+    """Stop the benchmark unless ``got`` matches the float64 ``expected``: a wrong kernel gets no number."""
+    error = np.abs(got.astype(np.float64) - expected)
+    bound = atol + rtol * np.abs(expected)
+    if not np.all(error <= bound):  # NaN fails too
+        worst = np.unravel_index(int(np.nanargmax(np.where(np.isnan(error), np.inf, error - bound))), error.shape)
+        raise SystemExit(f"{what} is wrong: at {tuple(int(i) for i in worst)} expected {expected[worst]!r}, got "
+                         f"{got[worst]!r} ({int((~(error <= bound)).sum())} of {error.size} values differ): "
+                         "no timing for a wrong kernel")
+
+
+def validate_kernels(lm, am, ln: tuple, sm: tuple) -> None:
+    """Each timed kernel run once on the timed arrays and checked against NumPy in float64 (the softmax on the
+    first and the last (T, T) matrix, full and causal): the numbers below belong to kernels that are right."""
+    from minitorch import backend
+
+    x, g, w, b, out, mean, rstd, dx, dw, db = ln
+    host = backend.asnumpy
+    x64, g64, w64, b64 = (host(a).astype(np.float64) for a in (x, g, w, b))
+    lm.layernorm_forward(x, w, b, out, mean, rstd)
+    mu = x64.mean(axis=1, keepdims=True)
+    inv = 1 / np.sqrt(x64.var(axis=1, keepdims=True) + 1e-5)
+    xhat = (x64 - mu) * inv
+    agree("layernorm_forward", host(out), xhat * w64 + b64, 1e-4, 1e-4)
+    agree("layernorm_forward: rstd", host(rstd), inv[:, 0], 1e-5, 0)
+    lm.layernorm_backward(g, x, w, mean, rstd, dx, dw, db)
+    gw = g64 * w64
+    agree("layernorm_backward: grad_x", host(dx),
+          inv * (gw - gw.mean(axis=1, keepdims=True) - xhat * (gw * xhat).mean(axis=1, keepdims=True)), 1e-3, 1e-4)
+    rows = x64.shape[0]
+    agree("layernorm_backward: grad_weight", host(dw), (g64 * xhat).sum(axis=0), 1e-4,
+          4 * rows * 2**-24 * np.abs(g64 * xhat).sum(axis=0).max())
+    agree("layernorm_backward: grad_bias", host(db), g64.sum(axis=0), 1e-4, 4 * rows * 2**-24 * np.abs(g64).sum(axis=0).max())
+    s, p = sm
+    t = s.shape[-1]
+    visible = np.tril(np.ones((t, t), bool))
+    scores = host(s)
+    for causal in (False, True):
+        am.softmax_forward(s, p, 0.125, causal)
+        probs = host(p)
+        for z in (0, len(scores) - 1):
+            z64 = scores[z].astype(np.float64) * 0.125
+            if causal:
+                z64 = np.where(visible, z64, -np.inf)
+            e = np.exp(z64 - z64.max(axis=-1, keepdims=True))
+            agree(f"softmax_forward (causal={causal}) of matrix {z}", probs[z], e / e.sum(axis=-1, keepdims=True),
+                  1e-4, 1e-7)
 
 
 def attention_rows(device: str, small: bool) -> list[dict]:
@@ -138,6 +188,7 @@ def attention_rows(device: str, small: bool) -> list[dict]:
         theirs = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         theirs = theirs.transpose(1, 2).reshape(b, t, h * d).cpu().numpy()
         error = float(np.abs(ours - theirs).max())
+        agree(f"ops.attention {label} (against SDPA)", ours, theirs.astype(np.float64), 1e-4, 1e-5)
         seconds = time_of(lambda qkv=qkv, h=h: ops.attention(qkv, h), False)
         sdpa = time_of(lambda q=q, k=k, v=v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
                        False)
@@ -223,6 +274,47 @@ def torch_captured(step) -> object:
     with torch.cuda.graph(captured):
         step()
     return captured
+
+
+def torch_compiled_step(net, lr: float, txb, tyb, vocab: int, device: str):
+    """PyTorch's step with the model and its loss compiled by ``torch.compile`` (default mode: Inductor's fused
+    kernels, no CUDA graph), AdamW and clipping as in the eager step, warmed up (the compilation happens in the first
+    calls); or, where it cannot run, the reason as a string."""
+    import torch
+    import torch.nn.functional as TF  # noqa: N812
+
+    if device != "cuda":
+        return "the --small check runs PyTorch on the cpu, where torch.compile needs a C++ toolchain: not raced"
+    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+
+    def loss_of(x, y):
+        return TF.cross_entropy(net(x).view(-1, vocab), y.view(-1))
+
+    try:
+        compiled_loss = torch.compile(loss_of)
+    except Exception as exc:  # no Triton, an unsupported Python, ...
+        return f"torch.compile is unavailable: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+
+    def step():
+        loss = compiled_loss(txb, tyb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)
+        opt.step()
+        return loss
+
+    try:
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+    except Exception as exc:  # compilation fails at the first call (no compiler, no Triton for this GPU, ...)
+        return f"torch.compile failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return step
+
+
+def history_val(rows: list[dict], framework: str) -> float:
+    """The last validation loss of a framework's training curve."""
+    return [r for r in rows if r["kind"] == "curve" and r["framework"] == framework][-1]["val_loss"]
 
 
 def baselines(train_ids: np.ndarray, val_ids: np.ndarray, vocab: int) -> dict:
@@ -314,6 +406,10 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
         out = model.generate(tokenizer.encode("\n")[None, :], SAMPLE_CHARS, temperature=1.0, seed=SEED)
         return tokenizer.decode(out.numpy()[0, 1:])
 
+    # the two models must agree before anything is timed: the same weights give the same validation loss
+    ours0, theirs0 = val_loss(), torch_val_loss()
+    agree("the minitorch GPT's validation loss against PyTorch's, same weights", np.array([ours0]),
+          np.array([theirs0]), 1e-4, 1e-5)
     captured = graph.capture(step)
     rows: list[dict] = [baselines(train_ids, val_ids, vocab)]
     windows = text.RandomWindows(train_ids, t, b, seed=SEED)
@@ -360,7 +456,14 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     rows += [{"kind": "curve", "framework": "pytorch", "step": s, "train_loss": tr, "val_loss": va}
              for s, tr, va in history]
 
-    # one step, timed alone (host time included: launching is what the graph saves), on one more batch
+    # the same training from the same weights on the same batches ends at the same loss, or something is wrong
+    final_ours, final_theirs = history_val(rows, "minitorch"), history_val(rows, "pytorch")
+    if not abs(final_ours - final_theirs) <= 0.05:
+        raise SystemExit(f"after {train_cfg['steps']} steps minitorch's validation loss is {final_ours:.4f} and "
+                         f"PyTorch's {final_theirs:.4f}: the same run should end at the same loss; no timing")
+
+    # one step, timed alone (host time included: launching is what the graph saves), on one more batch: minitorch
+    # captured and from Python; PyTorch eager, captured (torch.cuda.graph) and compiled (torch.compile)
     load_batch(*windows.sample())
     captured_s, eager_s, torch_s = time_of(captured.replay), time_of(step), time_of(torch_step)
     row = {"kind": "step", "captured_seconds": captured_s, "eager_seconds": eager_s, "pytorch_seconds": torch_s,
@@ -370,11 +473,27 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
         theirs = torch_captured(torch_step)
         row["pytorch_captured_seconds"] = time_of(theirs.replay)
         row["captured_ratio"] = captured_s / row["pytorch_captured_seconds"]
+    else:
+        row["pytorch_captured_skipped"] = "torch.cuda.graph needs a GPU (the --small check runs PyTorch on the cpu)"
+    compiled = torch_compiled_step(net, train_cfg["lr"], txb, tyb, vocab, device)
+    if isinstance(compiled, str):
+        row["pytorch_compiled_skipped"] = compiled
+    else:
+        row["pytorch_compiled_seconds"] = time_of(compiled)
+        row["compiled_ratio"] = captured_s / row["pytorch_compiled_seconds"]
+    pytorch = {k: row[k] for k in ("pytorch_seconds", "pytorch_captured_seconds", "pytorch_compiled_seconds")
+               if k in row}
+    best = min(pytorch, key=pytorch.get)
+    row["best_pytorch"] = {"pytorch_seconds": "eager", "pytorch_captured_seconds": "captured",
+                           "pytorch_compiled_seconds": "compiled"}[best]
+    row["best_ratio"] = captured_s / pytorch[best]
     rows.append(row)
-    print(f"one step: captured {captured_s * 1e3:.2f} ms ({captured.launches} launches), from Python "
-          f"{eager_s * 1e3:.2f} ms, PyTorch eager {torch_s * 1e3:.2f} ms: {captured_s / torch_s:.2f}x PyTorch"
-          + (f"; PyTorch captured {row['pytorch_captured_seconds'] * 1e3:.3f} ms: {row['captured_ratio']:.2f}x"
-             if "captured_ratio" in row else ""), flush=True)
+    print(f"one step: captured {captured_s * 1e3:.3f} ms ({captured.launches} launches), from Python "
+          f"{eager_s * 1e3:.2f} ms; PyTorch eager {torch_s * 1e3:.3f} ms ({captured_s / torch_s:.2f}x)"
+          + (f", captured {row['pytorch_captured_seconds'] * 1e3:.3f} ms ({row['captured_ratio']:.2f}x)"
+             if "captured_ratio" in row else f", captured skipped ({row['pytorch_captured_skipped']})")
+          + (f", compiled {row['pytorch_compiled_seconds'] * 1e3:.3f} ms ({row['compiled_ratio']:.2f}x)"
+             if "compiled_ratio" in row else f", compiled skipped ({row['pytorch_compiled_skipped']})"), flush=True)
 
     line = LINE[:t]
     maps = model.attention_maps(minitorch.tensor(tokenizer.encode(line)[None, :], dtype="int32"))
