@@ -5,18 +5,23 @@ Runs on the reference solution files of Phases 1-7 (a temporary workspace) and w
 
 - ``bandwidth``: LayerNorm forward and backward (16384 x 768, GPT-2's width) and the masked softmax (64 x 1024 x
   1024 scores, full and causal), bytes moved per second against ``cupy.copyto`` of as many bytes (read + written);
+  each kernel is first checked against NumPy in float64 on the very arrays it is timed on;
 - ``attention``: the materialised causal attention (``ops.attention``: split, Q Kᵀ, softmax, P V, merge) against
   ``torch.nn.functional.scaled_dot_product_attention`` (float32, causal), forward, for the model's shapes and for a
-  long sequence;
+  long sequence; the outputs must agree before either is timed;
 - ``step``: one training step of the seed's GPT (2 layers, 4 heads, d_model 64, context 64, batch 64): minitorch
-  replaying the captured step, minitorch launching it from Python, PyTorch eager; same initial weights, same batch;
+  replaying the captured step, minitorch launching it from Python, PyTorch eager, PyTorch captured in a CUDA graph
+  (``torch.cuda.graph``, capturable AdamW) and PyTorch compiled (``torch.compile`` of the model and its loss; a
+  ``pytorch_compiled_skipped`` reason where it cannot run); same initial weights, same batch; ``best_ratio`` is
+  minitorch's captured step against the fastest of the three. The two models must give the same validation loss
+  from the same weights, and nearly the same after the same training, or nothing is timed;
 - ``curve``: training and validation loss of minitorch (captured steps) and of PyTorch, trained from the same
   initial weights on the same batches for the lab's 1,000 steps (validation: the grader's 256 windows);
 - ``sample``: 200 characters written by the minitorch model after 0, 250, 500 and 1,000 steps (seed 0);
 - ``attention_map``: the probabilities of every head of the trained model on one line of text;
 - ``summary``: final losses, training times, the step-time ratio.
 
-On a GPU: ``python benchmarks/phase7_gpt.py`` (about two minutes on an H100). ``--small`` runs every line on the
+On a GPU: ``python benchmarks/phase7_gpt.py`` (about three minutes on an H100, torch.compile's compilation included). ``--small`` runs every line on the
 emulator with a reduced model, a few steps and tiny kernels (PyTorch on the cpu), and writes its JSON into a
 temporary directory: a check of the script, whose numbers say nothing about a GPU. ``--calibrate 0,1,2,3`` trains
 the lab's reduced configuration on the emulator from those seeds: the calibration of its bar.

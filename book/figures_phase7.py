@@ -264,11 +264,12 @@ def phase7_bandwidth(fig_name: str = "fig-phase7-bandwidth", text_name: str = "p
 
 
 def phase7_attention(fig_name: str = "fig-phase7-sdpa", text_name: str = "phase7-sdpa-text",
-                     caption_name: str = "phase7-sdpa-source") -> None:
+                     caption_name: str = "phase7-sdpa-source", long_name: str = "phase7-long-attention-text") -> None:
     """Glue the materialised attention's time against PyTorch's scaled_dot_product_attention."""
     res = _results()
     if res is None:
         _missing(fig_name, "attention against SDPA", text_name, caption_name)
+        glue_md(long_name, "At long sequences the materialised S and P, and the two `bmm` calls, take the time")
         return
     rows = _rows(res, "attention")
     fig, ax = plt.subplots(figsize=(7, 2.4))
@@ -287,6 +288,23 @@ def phase7_attention(fig_name: str = "fig-phase7-sdpa", text_name: str = "phase7
     glue_md(text_name, "; ".join(
         f"at T = {r['T']} (D = {r['D']}) the materialised attention takes {r['time_ratio']:.1f}× SDPA's time"
         for r in rows) + ".")
+    glue_md(long_name, _long_attention(res, rows))
+
+
+def _long_attention(res: Results, rows: list[dict]) -> str:
+    """Where the time of the long sequence's materialised attention goes: S and P through memory at the copy
+    bandwidth of the same run, the rest in the two batched products."""
+    [r] = [r for r in rows if r["label"] == "long"]
+    copy = _rows(res, "bandwidth")[0]["copy_gbps"] * 1e9
+    matrix = 4 * r["B"] * r["H"] * r["T"] ** 2  # bytes of S (and of P)
+    memory = 4 * matrix / copy  # S written and read, P written and read
+    flops = 4 * r["B"] * r["H"] * r["T"] ** 2 * r["D"]
+    rate = flops / (r["seconds"] - memory) if r["seconds"] > memory else float("nan")
+    return (f"At T = {r['T']} (B = {r['B']}, H = {r['H']}: {fmt_time(r['seconds'])} against SDPA's "
+            f"{fmt_time(r['sdpa_seconds'])} in `{res.path.name}`) the materialised S and P are "
+            f"{matrix / 1e6:,.0f} MB each; writing and reading both moves {4 * matrix / 1e9:.2f} GB, about "
+            f"{fmt_time(memory)} at the copy bandwidth measured in the same run ({copy / 1e12:.2f} TB/s). The rest is "
+            f"the two `bmm` calls, {flops / 1e9:.1f} GFLOP at about {rate / 1e12:.1f} TFLOP/s")
 
 
 def phase7_baselines(text_name: str = "phase7-baselines-text") -> None:
