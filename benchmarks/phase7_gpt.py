@@ -151,10 +151,10 @@ def validate_kernels(lm, am, ln: tuple, sm: tuple) -> None:
     gw = g64 * w64
     agree("layernorm_backward: grad_x", host(dx),
           inv * (gw - gw.mean(axis=1, keepdims=True) - xhat * (gw * xhat).mean(axis=1, keepdims=True)), 1e-3, 1e-4)
-    rows = x64.shape[0]
-    agree("layernorm_backward: grad_weight", host(dw), (g64 * xhat).sum(axis=0), 1e-4,
-          4 * rows * 2**-24 * np.abs(g64 * xhat).sum(axis=0).max())
-    agree("layernorm_backward: grad_bias", host(db), g64.sum(axis=0), 1e-4, 4 * rows * 2**-24 * np.abs(g64).sum(axis=0).max())
+    # sums over the rows: within 1e-4 of the sum of the terms' magnitudes (float32 sums in any order come far closer)
+    agree("layernorm_backward: grad_weight", host(dw), (g64 * xhat).sum(axis=0), 0,
+          1e-4 * np.abs(g64 * xhat).sum(axis=0))
+    agree("layernorm_backward: grad_bias", host(db), g64.sum(axis=0), 0, 1e-4 * np.abs(g64).sum(axis=0))
     s, p = sm
     t = s.shape[-1]
     visible = np.tril(np.ones((t, t), bool))
