@@ -3,8 +3,8 @@
 Runs on the reference solution files of Phases 1-7 (a temporary workspace) and writes
 ``benchmarks/results/phase7_gpt-<device>.json`` with rows of these kinds:
 
-- ``bandwidth``: LayerNorm forward and backward (16384 x 768, GPT-2's width) and the masked softmax (64 x 1024 x
-  1024 scores, full and causal), bytes moved per second against ``cupy.copyto`` of as many bytes (read + written);
+- ``bandwidth``: LayerNorm forward and backward (16384 x 768, GPT-2's width) and the masked softmax forward and
+  backward (64 x 1024 x 1024 scores, full and causal), bytes moved per second against ``cupy.copyto`` of as many bytes (read + written);
   each kernel is first checked against NumPy in float64 on the very arrays it is timed on;
 - ``attention``: the materialised causal attention (``ops.attention``: split, Q Kᵀ, softmax, P V, merge) against
   ``torch.nn.functional.scaled_dot_product_attention`` (float32, causal), forward, for the model's shapes and for a
@@ -102,16 +102,22 @@ def bandwidth_rows(device: str, small: bool) -> list[dict]:
     out, mean, rstd = backend.empty((rows, cols)), backend.empty(rows), backend.empty(rows)
     dx, dw, db = backend.empty((rows, cols)), backend.empty(cols), backend.empty(cols)
     lm.layernorm_forward(x, w, b, out, mean, rstd)
-    s, p = arr(bh, t, t), backend.empty((bh, t, t))
-    n = bh * t * t
-    validate_kernels(lm, am, (x, g, w, b, out, mean, rstd, dx, dw, db), (s, p))
+    s, p, dp, ds = arr(bh, t, t), backend.empty((bh, t, t)), arr(bh, t, t), backend.empty((bh, t, t))
+    n, triangle = bh * t * t, bh * t * (t + 1) // 2
+    validate_kernels(lm, am, (x, g, w, b, out, mean, rstd, dx, dw, db), (s, p, dp, ds))
     cases = [("layernorm_forward", f"{rows} x {cols}", lambda: lm.layernorm_forward(x, w, b, out, mean, rstd),
               8 * rows * cols, rows * cols),
              ("layernorm_backward", f"{rows} x {cols}",
               lambda: lm.layernorm_backward(g, x, w, mean, rstd, dx, dw, db), 12 * rows * cols, rows * cols * 3 // 2),
              ("softmax_forward", f"{bh} x {t} x {t}", lambda: am.softmax_forward(s, p, 0.125, False), 8 * n, n),
              ("softmax_forward_causal", f"{bh} x {t} x {t}", lambda: am.softmax_forward(s, p, 0.125, True),
-              4 * (n + bh * t * (t + 1) // 2), n)]
+              4 * (n + triangle), n),
+             # p holds the causal probabilities now; the backward reads p and dp, writes ds (causal: the visible part
+             # of p and dp only)
+             ("softmax_backward", f"{bh} x {t} x {t}", lambda: am.softmax_backward(p, dp, ds, 0.125, False),
+              12 * n, n * 3 // 2),
+             ("softmax_backward_causal", f"{bh} x {t} x {t}", lambda: am.softmax_backward(p, dp, ds, 0.125, True),
+              4 * (n + 2 * triangle), n * 3 // 2)]
     out_rows = []
     for name, shape, fn, nbytes, copy_floats in cases:
         seconds, reference = time_of(fn, False), copy_seconds(copy_floats)
@@ -155,13 +161,14 @@ def validate_kernels(lm, am, ln: tuple, sm: tuple) -> None:
     agree("layernorm_backward: grad_weight", host(dw), (g64 * xhat).sum(axis=0), 0,
           1e-4 * np.abs(g64 * xhat).sum(axis=0))
     agree("layernorm_backward: grad_bias", host(db), g64.sum(axis=0), 0, 1e-4 * np.abs(g64).sum(axis=0))
-    s, p = sm
+    s, p, dp, ds = sm
     t = s.shape[-1]
     visible = np.tril(np.ones((t, t), bool))
-    scores = host(s)
+    scores, grad = host(s), host(dp)
     for causal in (False, True):
         am.softmax_forward(s, p, 0.125, causal)
-        probs = host(p)
+        am.softmax_backward(p, dp, ds, 0.125, causal)
+        probs, grad_scores = host(p), host(ds)
         for z in (0, len(scores) - 1):
             z64 = scores[z].astype(np.float64) * 0.125
             if causal:
@@ -169,6 +176,9 @@ def validate_kernels(lm, am, ln: tuple, sm: tuple) -> None:
             e = np.exp(z64 - z64.max(axis=-1, keepdims=True))
             agree(f"softmax_forward (causal={causal}) of matrix {z}", probs[z], e / e.sum(axis=-1, keepdims=True),
                   1e-4, 1e-7)
+            p64, d64 = probs[z].astype(np.float64), grad[z].astype(np.float64)
+            agree(f"softmax_backward (causal={causal}) of matrix {z}", grad_scores[z],
+                  0.125 * p64 * (d64 - (p64 * d64).sum(axis=-1, keepdims=True)), 1e-4, 1e-7)
 
 
 def attention_rows(device: str, small: bool) -> list[dict]:

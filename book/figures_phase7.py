@@ -244,7 +244,7 @@ def phase7_bandwidth(fig_name: str = "fig-phase7-bandwidth", text_name: str = "p
         _missing(fig_name, "the LayerNorm and softmax bandwidth", text_name, caption_name)
         return
     rows = _rows(res, "bandwidth")
-    fig, ax = plt.subplots(figsize=(7, 2.6))
+    fig, ax = plt.subplots(figsize=(7, 0.4 * len(rows) + 1.0))
     names = [f"{r['kernel']} ({r['shape']})" for r in rows]
     ax.barh(names, [r["ratio"] for r in rows], color=[GREEN if "layernorm" in r["kernel"] else BLUE for r in rows])
     for i, r in enumerate(rows):
