@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import statistics
@@ -485,8 +486,23 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     row = {"kind": "step", "captured_seconds": captured_s, "eager_seconds": eager_s, "pytorch_seconds": torch_s,
            "ratio": captured_s / torch_s, "launches": captured.launches}
     if device == "cuda":  # PyTorch's step captured too (AdamW with capturable=True): graph against graph
-        topt = torch.optim.AdamW(net.parameters(), lr=train_cfg["lr"], weight_decay=WEIGHT_DECAY, capturable=True)
-        theirs = torch_captured(torch_step)
+        copt = torch.optim.AdamW(net.parameters(), lr=train_cfg["lr"], weight_decay=WEIGHT_DECAY, capturable=True)
+
+        def captured_step():
+            # gradients zeroed in place, not set to None: the graph keeps writing the same buffers (a backward
+            # that allocates them inside the capture fails against the legacy stream)
+            loss = TF.cross_entropy(net(txb).view(-1, vocab), tyb.view(-1))
+            copt.zero_grad(set_to_none=False)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)
+            copt.step()
+            return loss
+
+        # the eager run's last loss holds its autograd graph, whose gradient accumulators belong to the default
+        # stream: let them go, or the capture's backward would wait on the default stream and fail
+        last = None
+        gc.collect()
+        theirs = torch_captured(captured_step)
         row["pytorch_captured_seconds"] = time_of(theirs.replay)
         row["captured_ratio"] = captured_s / row["pytorch_captured_seconds"]
     else:
