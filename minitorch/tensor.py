@@ -81,7 +81,7 @@ def check_dtype(dtype: DTypeLike, device: str, *, allow_half: bool = False) -> A
                             f"float32, then convert with .to(minitorch.{dt})")
         return dt
     if dt not in (DTYPE, FLOAT64):
-        raise TypeError(f"minitorch tensors hold float32, float16, bfloat16 (or float64 on the cpu device), got "
+        raise TypeError(f"minitorch tensors hold float16, bfloat16, float32 (or float64 on the cpu device), got "
                         f"dtype {dt}")
     if dt == FLOAT64 and device != "cpu":
         raise TypeError(f"float64 tensors live on the 'cpu' device only (the reference path for gradient "

@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered in ca
               pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")]
 
 
-@pytest.fixture(params=["cpu", "emu"])
+@pytest.fixture(params=["cpu", "emu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def device(request, workspace, monkeypatch):
     """A workspace with the solutions of phases 1-4 and the Phase 8a stand-ins, on cpu and on emu."""
     write_solutions(workspace, PHASE3_NOTEBOOKS + ("phase4_reductions.ipynb",))
@@ -210,7 +210,7 @@ def test_dtype_errors_name_expected_and_got(device):
         a.bits()
     with pytest.raises(ValueError, match=r"copy_from: expected a float16 array of shape \(2, 2\), got float32"):
         a.half().copy_from(np.ones((2, 2), np.float32))
-    with pytest.raises(TypeError, match=r"minitorch tensors hold float32, float16, bfloat16.*got dtype int8"):
+    with pytest.raises(TypeError, match=r"minitorch tensors hold float16, bfloat16, float32 .or float64 on the cpu device., got dtype int8"):
         a.to("int8")
     with pytest.raises(ValueError, match=r"unknown device 'gpu'"):
         a.to("gpu")
