@@ -154,7 +154,7 @@ class Tensor:
     def dtype(self) -> Any:
         """A ``numpy.dtype`` (float32, float64, int32, float16), or :data:`minitorch.bfloat16`."""
         dt = self._data.dtype  # a numpy.dtype on every backend
-        return dtypes.bfloat16 if dt is _UINT16 else dt  # builtin dtypes are singletons
+        return dtypes.bfloat16 if dt == _UINT16 else dt
 
     @property
     def nbytes(self) -> int:
