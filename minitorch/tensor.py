@@ -77,8 +77,9 @@ def check_dtype(dtype: DTypeLike, device: str, *, allow_half: bool = False) -> A
         return dt
     if dt in HALF:
         if not allow_half:
-            raise TypeError(f"this makes float32 values (or float64 on the cpu device), got dtype {dt}: make it in "
-                            f"float32, then convert with .to(minitorch.{dt})")
+            raise TypeError(f"layers make float32 parameters (or float64 on the cpu device), got dtype {dt}: make "
+                            f"the layer in float32, then convert it with .to(minitorch.{dt}), or keep float32 "
+                            f"weights and train under minitorch.amp.autocast")
         return dt
     if dt not in (DTYPE, FLOAT64):
         raise TypeError(f"minitorch tensors hold float16, bfloat16, float32 (or float64 on the cpu device), got "
@@ -89,7 +90,7 @@ def check_dtype(dtype: DTypeLike, device: str, *, allow_half: bool = False) -> A
     return dt
 
 
-def _names_a_device(target: Any) -> bool:
+def names_a_device(target: Any) -> bool:
     """Whether ``.to(target)`` moves to a device: a string that names no dtype ("gpu" then gets the device
     error, which lists the devices)."""
     if not isinstance(target, str):
@@ -101,9 +102,6 @@ def _names_a_device(target: Any) -> bool:
     except TypeError:
         return True
     return False
-
-
-names_a_device = _names_a_device
 
 
 def _check_host_array(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -261,7 +259,7 @@ class Tensor:
         A move between devices is not recorded; a change of dtype is (its gradient converts back), and
         rounds to nearest even (the learner's ``convert.py`` on cuda/emu, NumPy on cpu)."""
         if target is not None:
-            if _names_a_device(target):
+            if names_a_device(target):
                 device = target
             else:
                 dtype = target
