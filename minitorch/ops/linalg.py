@@ -65,13 +65,20 @@ def product_dtype(dtype: Any, compute_dtype: Any = None) -> Any:
 
 
 def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool = False,
-           compute_dtype: Any = None) -> Tensor:
+           compute_dtype: Any = None, out_dtype: Any = None) -> Tensor:
     """op(a) @ op(b) -> (M, N), where op(a) = aᵀ if ``transpose_a`` (then a is (K, M)), else a (M, K);
     likewise op(b) is (K, N).
 
-    16-bit operands (both float16 or both bfloat16) give their dtype. Float32 operands are rounded to
-    ``compute_dtype`` (float16 or bfloat16; default: the autocast dtype, if any) and give float32."""
+    16-bit operands (both float16 or both bfloat16) give their dtype, or float32 with
+    ``out_dtype=float32``. Float32 operands are rounded to ``compute_dtype`` (float16 or bfloat16;
+    default: the autocast dtype, if any) and give float32."""
     device, dtype = check_tensors("matmul", half=True, a=a, b=b)
+    out_dt = dtype
+    if out_dtype is not None:
+        out_dt = dtypes.resolve(out_dtype)
+        if out_dt != dtype and not (dtype in HALF and out_dt == DTYPE):
+            raise TypeError(f"matmul: out_dtype={out_dt}: 16-bit operands give their dtype or float32, others "
+                            f"their own dtype; these are {dtype}")
     rows_a, cols_a = matrix("matmul", "a", a)
     rows_b, cols_b = matrix("matmul", "b", b)
     (m, k), (k2, n) = ((cols_a, rows_a) if transpose_a else (rows_a, cols_a),
@@ -82,7 +89,7 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
                          f"b{'ᵀ' if transpose_b else ''} must be ({k}, N); got {b.shape}")
     compute = dtype if dtype in HALF else product_dtype(dtype, compute_dtype)
     if compute is not None:
-        return _tensor_core_matmul(a, b, compute, dtype, (m, n, k), transpose_a, transpose_b)
+        return _tensor_core_matmul(a, b, compute, out_dt, (m, n, k), transpose_a, transpose_b)
     if device == "cpu":
         return cpu_result(np.matmul(a.data.T if transpose_a else a.data, b.data.T if transpose_b else b.data), dtype)
     if k == 0:  # a sum of no products: zeros, nothing to launch
