@@ -134,7 +134,7 @@ class GradScaler:
                 if p.grad.dtype != DTYPE:
                     raise TypeError(f"GradScaler: expected float32 gradients (of float32 master weights), got "
                                     f"{p.grad.dtype}")
-                p.grad = ops.scalar_mul(p.grad, inverse)  # 1/scale is a power of two: exact
+                p.grad = ops.scalar_mul(p.grad, inverse)  # exact while the scale is a power of two
                 flag = ops.sum(ops.scalar_mul(p.grad, 0.0))  # NaN iff an element is inf or NaN, else 0
                 total = flag if total is None else ops.add(total, flag)
         self._found[key] = total
