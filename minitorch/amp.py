@@ -21,7 +21,7 @@ import contextlib
 import math
 from typing import Any
 
-from minitorch import dtypes, ops
+from minitorch import backend, dtypes, ops
 from minitorch.tensor import DTYPE, HALF, Tensor
 
 __all__ = ["GradScaler", "autocast"]
@@ -151,6 +151,11 @@ class GradScaler:
             raise RuntimeError("GradScaler.step was already called on this optimizer since the last update()")
         if key not in self._found:
             self.unscale_(optimizer)
+        found = self._found[key]
+        if isinstance(found, Tensor) and backend.get_backend(found.device).capturing:
+            raise RuntimeError("GradScaler.step cannot be captured in a graph: whether the optimizer steps is "
+                               "decided on the host, from the inf/NaN check read back from the device. Capture "
+                               "the forward and backward only, or train in bfloat16 (no scaler needed)")
         found_inf = self._found_inf(key)
         self._stepped[key] = True
         if not found_inf:

@@ -263,6 +263,33 @@ def test_an_autocast_training_step_is_capturable(device):
     for p, q in zip(layer.parameters(), eager_layer.parameters(), strict=True):
         np.testing.assert_array_equal(p.numpy(), q.numpy())
 
+    scaled_layer, _ = make(8)
+    opt = minitorch.optim.SGD(scaled_layer.parameters(), lr=0.1)
+    scaler = amp.GradScaler()
+    x, zero = minitorch.tensor(np.ones((5, 4), np.float32)), minitorch.tensor(np.zeros((5, 3), np.float32))
+
+    def scaled_step():
+        opt.zero_grad()
+        with amp.autocast("float16"):
+            loss = minitorch.functional.mse_loss(scaled_layer(x), zero)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+
+    with pytest.raises(RuntimeError, match="GradScaler.step cannot be captured in a graph"):
+        graph.capture(scaled_step)
+
+    def scaled_backward():  # the scaled loss's backward reads nothing from the host: capturable
+        scaled_layer.zero_grad()
+        with amp.autocast("float16"):
+            loss = minitorch.functional.mse_loss(scaled_layer(x), zero)
+        scaler.scale(loss).backward()
+        return scaled_layer.weight.grad
+
+    eager_grad = scaled_backward().numpy()
+    captured = graph.capture(scaled_backward)
+    captured.replay()
+    np.testing.assert_array_equal(captured.output.numpy(), eager_grad)
+
 
 def test_a_gpt_under_autocast_keeps_float32_everywhere_but_the_products(workspace):
     """The GPT's linear layers (3-D inputs viewed as rows) run autocast's products; embeddings, LayerNorm,

@@ -28,7 +28,12 @@ def convert(t: Tensor, dtype: Any) -> Tensor:
     """``t`` in ``dtype`` (float32, float16, bfloat16; float64 on cpu): a new tensor, or ``t`` itself."""
     if not isinstance(t, Tensor):
         raise TypeError(f"convert: expected a minitorch Tensor, got {type(t).__name__}")
-    dt = dtypes.resolve(dtype)
+    try:
+        dt = dtypes.resolve(dtype)
+    except TypeError:
+        dt = None
+    if dt not in (DTYPE, FLOAT64, *HALF):
+        raise TypeError(f"convert: expected float32, float16, bfloat16 or float64, got dtype {dtype!r}")
     src = t.dtype
     if dt == src:
         return t
