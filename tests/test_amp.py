@@ -41,10 +41,11 @@ def _launched() -> set[tuple[str, str]]:
 
 
 def _assert_product(got: np.ndarray, a: np.ndarray, b: np.ndarray, fmt: str) -> None:
-    """got = the float32 product of the 16-bit-rounded operands: within k float32 roundings of the sum."""
+    """got = the float32 product of the 16-bit-rounded operands: within 2·k·2⁻²⁴·Σ|a||b| (recursive
+    summation's bound, doubled for any order or fused adds, as the grader's)."""
     ar, br = _rounded(a, fmt), _rounded(b, fmt)
     exact = ar @ br
-    bound = a.shape[1] * 2.0 ** -24 * (np.abs(ar) @ np.abs(br))
+    bound = 2 * a.shape[1] * 2.0 ** -24 * (np.abs(ar) @ np.abs(br))
     assert np.all(np.abs(got.astype(np.float64) - exact) <= bound), np.max(np.abs(got - exact) - bound)
     assert not np.array_equal(got, (a.astype(np.float64) @ b).astype(np.float32))  # the operands were rounded
 
