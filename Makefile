@@ -16,7 +16,7 @@ WHEELHOUSE ?= .wheelhouse
 WHEEL_PYTHON ?= 3.12
 WHEEL_PLATFORM ?= manylinux_2_28_x86_64
 # Phases whose labs are published: CI grades their reference solutions on the emulator.
-PHASES := phase1 phase2 phase3a phase3b phase4 phase5 phase6 phase7
+PHASES := phase1 phase2 phase3a phase3b phase4 phase5 phase6 phase7 phase8a
 GPU_TOOLS := nbval==0.11.0 nbformat==5.10.4 nbclient==0.11.0 ipykernel==7.4.0 pytest-timeout==2.4.0 pytest==9.0.3
 
 .PHONY: help venv test sandbox-tool check-book-layout test-fast lint book test-gpu benchmarks-gpu wheelhouse labs data clean gradescope

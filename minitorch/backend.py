@@ -37,7 +37,7 @@ class DeviceError(RuntimeError):
 @functools.cache
 def toolkit_include_options() -> tuple[str, ...]:
     """``-I`` for the CUDA toolkit's headers where a pip-installed NVRTC lacks some of them: its ``mma.h``
-    (WMMA, Phase 8) includes ``crt/mma.h``, which only a full toolkit ships. Empty when none is found."""
+    (WMMA, Phase 8a) includes ``crt/mma.h``, which only a full toolkit ships. Empty when none is found."""
     for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
         if root and (Path(root) / "include" / "crt" / "mma.h").exists():
             return (f"-I{Path(root) / 'include'}",)

@@ -94,10 +94,16 @@ KERNEL_FILES: dict[str, LearnerFile] = {
         ("attention.py", "Exercise 8: launching the attention kernels"),
         ("clip.cu", "Exercise 10: clipping kernels"),
         ("clip.py", "Exercise 11: launching the clipping kernels"))},
+    **{name: LearnerFile("phase8a", "labs/phase8a_tensor_cores.ipynb", cell) for name, cell in (
+        ("convert.cu", "Exercise 1: conversions"),
+        ("convert.py", "Exercise 2: launching the conversions"),
+        ("hgemm.cu", "Exercise 3: the HGEMM ladder"),
+        ("hgemm.py", "Exercise 4: launching the ladder"))},
 }
 
 
-PHASE_ORDER = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7", "phase8")
+PHASE_ORDER = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7", "phase8a",
+               "phase8b")
 
 
 def phase_index(phase: str) -> int:
@@ -437,6 +443,16 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<Kernel {self.function} from {self.filename}>"
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        """The dynamic shared memory a block of this kernel may use (CuPy's attribute): more than the
+        default 48 KiB only after a launcher raises it (Phase 8a's pipelined HGEMM uses 64 KiB)."""
+        return int(self._raw.max_dynamic_shared_size_bytes)
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, nbytes: int) -> None:
+        self._raw.max_dynamic_shared_size_bytes = int(nbytes)
 
     def __call__(self, grid: Any, block: Any, args: Sequence[Any], shared_mem: int = 0, **kwargs: Any) -> None:
         args = tuple(args)

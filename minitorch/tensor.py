@@ -13,6 +13,14 @@ Tensors hold float32 on every device; the ``cpu`` device also holds float64 (``d
 precision in which gradients are checked by finite differences. From Phase 7 on a tensor may also hold
 int32 ids (``dtype="int32"``: the tokens an embedding looks up, the classes of a cross-entropy): such a
 tensor takes part in no arithmetic and never requires grad.
+
+From Phase 8a a tensor may hold a 16-bit float format on every device (``dtype=minitorch.float16`` or
+``minitorch.bfloat16``; ``.to(dtype)``, ``.half()``, ``.bfloat16()``, ``.float()``): the operands of tensor
+cores. A bfloat16 tensor's array is ``uint16`` (its bits: NumPy and CuPy have no bfloat16); its
+``numpy()`` gives the float32 values, exactly, and ``bits()`` the uint16 patterns. Conversions from
+float32 round to nearest even and run the learner's ``convert.py`` on cuda/emu (NumPy on cpu);
+elementwise ops on 16-bit tensors compute in float32 and round the result back once; matmul runs the
+learner's ``hgemm.py`` (fp32 accumulation). Everything else asks for float32 (see :mod:`minitorch.dtypes`).
 """
 
 from __future__ import annotations
@@ -24,14 +32,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from minitorch import backend, kernels
+from minitorch import backend, dtypes, kernels
 
 if TYPE_CHECKING:
     from minitorch.autograd import Context
 
-DTYPE = np.dtype(np.float32)
-FLOAT64 = np.dtype(np.float64)
-INDEX = np.dtype(np.int32)  # ids (tokens, classes): gathered by kernels, never computed with
+DTYPE = dtypes.float32
+FLOAT64 = dtypes.float64
+INDEX = dtypes.int32  # ids (tokens, classes): gathered by kernels, never computed with
+HALF = dtypes.HALF  # float16 and bfloat16 (Phase 8a)
+_UINT16 = dtypes.UINT16  # the array dtype of bfloat16 tensors (their bits)
 
 ShapeLike = int | Sequence[int]
 DTypeLike = Any  # numpy.float32, "float64", numpy.dtype(...)
@@ -54,22 +64,44 @@ def _check_device(device: str | None) -> str:
     return device
 
 
-def check_dtype(dtype: DTypeLike, device: str) -> np.dtype:
-    """float32 anywhere; float64 on the cpu device only (kernels are float32); int32 ids anywhere."""
+def check_dtype(dtype: DTypeLike, device: str, *, allow_half: bool = False) -> Any:
+    """float32 anywhere; float64 on the cpu device only (kernels are float32); int32 ids anywhere;
+    float16 and bfloat16 anywhere where ``allow_half`` (tensors; layers make float32 parameters)."""
     if dtype is None:
         return DTYPE
     try:
-        dt = np.dtype(dtype)
+        dt = dtypes.resolve(dtype)
     except TypeError:
-        raise TypeError(f"unknown dtype {dtype!r}: expected float32 or float64") from None
+        raise TypeError(f"unknown dtype {dtype!r}: expected float32, float16, bfloat16 or float64") from None
     if dt == INDEX:
         return dt
+    if dt in HALF:
+        if not allow_half:
+            raise TypeError(f"layers make float32 parameters (or float64 on the cpu device), got dtype {dt}: make "
+                            f"the layer in float32, then convert it with .to(minitorch.{dt}), or keep float32 "
+                            f"weights and train under minitorch.amp.autocast")
+        return dt
     if dt not in (DTYPE, FLOAT64):
-        raise TypeError(f"minitorch tensors hold float32 (or float64 on the cpu device), got dtype {dt}")
+        raise TypeError(f"minitorch tensors hold float16, bfloat16, float32 (or float64 on the cpu device), got "
+                        f"dtype {dt}")
     if dt == FLOAT64 and device != "cpu":
         raise TypeError(f"float64 tensors live on the 'cpu' device only (the reference path for gradient "
                         f"checks); the kernels on {device!r} are float32. Use dtype=float32 there.")
     return dt
+
+
+def names_a_device(target: Any) -> bool:
+    """Whether ``.to(target)`` moves to a device: a string that names no dtype ("gpu" then gets the device
+    error, which lists the devices)."""
+    if not isinstance(target, str):
+        return False
+    if target in backend.DEVICES:
+        return True
+    try:
+        dtypes.resolve(target)
+    except TypeError:
+        return True
+    return False
 
 
 def _check_host_array(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -117,8 +149,10 @@ class Tensor:
         return math.prod(self._data.shape)
 
     @property
-    def dtype(self) -> np.dtype:
-        return self._data.dtype  # a numpy.dtype on every backend
+    def dtype(self) -> Any:
+        """A ``numpy.dtype`` (float32, float64, int32, float16), or :data:`minitorch.bfloat16`."""
+        dt = self._data.dtype  # a numpy.dtype on every backend
+        return dtypes.bfloat16 if dt == _UINT16 else dt
 
     @property
     def nbytes(self) -> int:
@@ -199,8 +233,18 @@ class Tensor:
 
     # --- copies between devices ----------------------------------------------------------------
     def numpy(self) -> np.ndarray:
-        """A new host (NumPy) array with this tensor's values: a device-to-host copy."""
-        return backend.get_backend(self._device).asnumpy(self._data)
+        """A new host (NumPy) array with this tensor's values: a device-to-host copy.
+
+        A float16 tensor gives a float16 array; a bfloat16 tensor (NumPy has none) gives the float32
+        array of its values, converted exactly (:meth:`bits` gives the uint16 patterns themselves)."""
+        host = backend.get_backend(self._device).asnumpy(self._data)
+        return dtypes.bits_to_float32(host, dtypes.bfloat16) if host.dtype == _UINT16 else host
+
+    def bits(self) -> np.ndarray:
+        """The bit patterns of a 16-bit tensor (float16 or bfloat16) as a host uint16 array."""
+        if self.dtype not in HALF:
+            raise TypeError(f"bits() gives the patterns of a float16 or bfloat16 tensor; this one is {self.dtype}")
+        return backend.get_backend(self._device).asnumpy(self._data).view(_UINT16)
 
     def item(self) -> float:
         """The value of a single-element tensor as a Python float (a device-to-host copy)."""
@@ -208,13 +252,30 @@ class Tensor:
             raise ValueError(f"item() needs a single-element tensor, got shape {self.shape}")
         return float(self.numpy().reshape(-1)[0])
 
-    def to(self, device: str) -> Tensor:
-        """This tensor on ``device``; itself if it is already there (as in PyTorch). Not recorded."""
+    def to(self, target: Any = None, *, device: str | None = None, dtype: DTypeLike = None) -> Tensor:
+        """This tensor on another device (``t.to("cpu")``) or in another dtype (``t.to(minitorch.bfloat16)``,
+        ``t.to("float16")``), or both (``device=``, ``dtype=``); itself if nothing changes (as in PyTorch).
+
+        A move between devices is not recorded; a change of dtype is (its gradient converts back), and
+        rounds to nearest even (the learner's ``convert.py`` on cuda/emu, NumPy on cpu)."""
+        if target is not None:
+            if names_a_device(target):
+                device = target
+            else:
+                dtype = target
+        out = self
+        if dtype is not None:
+            dt = check_dtype(dtype, self._device, allow_half=True)
+            if dt != self.dtype:
+                out = autograd.Cast.apply(self, dt)
+        if device is None:
+            return out
         device = _check_device(device)
-        if device == self._device:
-            return self
-        check_dtype(self.dtype, device)
-        return Tensor(backend.get_backend(device).asarray(self.numpy()), device)
+        if device == out._device:
+            return out
+        check_dtype(out.dtype, device, allow_half=True)
+        host = backend.get_backend(out._device).asnumpy(out._data)  # bfloat16 moves as its bits
+        return Tensor(backend.get_backend(device).asarray(host), device)
 
     def cpu(self) -> Tensor:
         return self.to("cpu")
@@ -222,13 +283,19 @@ class Tensor:
     def double(self) -> Tensor:
         """A float64 copy (cpu device only). Not recorded."""
         check_dtype(FLOAT64, self._device)
-        return Tensor(np.array(self._data, dtype=FLOAT64), self._device)
+        return Tensor(np.array(self.numpy(), dtype=FLOAT64), self._device)
 
     def float(self) -> Tensor:
-        """A float32 copy, or the tensor itself if it is float32. Not recorded."""
-        if self.dtype == DTYPE:
-            return self
-        return Tensor(np.array(self._data, dtype=DTYPE), self._device)
+        """A float32 copy, or the tensor itself if it is float32 (``.to(minitorch.float32)``)."""
+        return self.to(dtype=DTYPE)
+
+    def half(self) -> Tensor:
+        """A float16 copy, or the tensor itself if it is float16 (``.to(minitorch.float16)``)."""
+        return self.to(dtype=dtypes.float16)
+
+    def bfloat16(self) -> Tensor:
+        """A bfloat16 copy, or the tensor itself if it is bfloat16 (``.to(minitorch.bfloat16)``)."""
+        return self.to(dtype=dtypes.bfloat16)
 
     # --- phase 1: the learner's kernels ---------------------------------------------------------
     def fill_(self, value: float) -> Tensor:
@@ -238,6 +305,8 @@ class Tensor:
         if self.dtype == INDEX:
             raise TypeError("fill_ writes float32 values (the learner's fill kernel); this tensor holds int32 ids: "
                             "make ids on the host and copy them in (minitorch.tensor(ids, dtype='int32'), copy_from)")
+        if self.dtype in HALF:  # the fill kernel writes float32: fill a float32 tensor, convert it in
+            return self.copy_(full(self.shape, value, self._device).to(dtype=self.dtype))
         if self._device == "cpu":
             self._data.fill(value)
         elif self.size:
@@ -250,12 +319,17 @@ class Tensor:
     def copy_from(self, host: np.ndarray) -> Tensor:
         """Copy a host array of this tensor's shape and dtype into this tensor, in place (host to device).
 
+        A bfloat16 tensor takes its uint16 bits, or float32 values (rounded as ``.to(bfloat16)`` rounds).
+
         The way to give a captured graph (:mod:`minitorch.graph`) new inputs between replays.
         """
         host = np.asarray(host)
-        if host.shape != self.shape or host.dtype != self.dtype:
-            raise ValueError(f"copy_from: expected a {self.dtype} array of shape {self.shape}, "
-                             f"got {host.dtype} {host.shape}")
+        if self.dtype is dtypes.bfloat16 and host.dtype == DTYPE and host.shape == self.shape:
+            return self.copy_(from_numpy(host, self._device, dtype=dtypes.bfloat16))  # rounded as .to() does
+        if host.shape != self.shape or host.dtype != self._data.dtype:
+            what = ("a float32 array (its values, rounded to nearest even) or the uint16 bits"
+                    if self.dtype is dtypes.bfloat16 else f"a {self.dtype} array")
+            raise ValueError(f"copy_from: expected {what} of shape {self.shape}, got {host.dtype} {host.shape}")
         if self._device == "cpu":
             np.copyto(self._data, host)
         else:
@@ -272,6 +346,8 @@ class Tensor:
                              f"got {src.dtype} {src.shape} on {src.device!r}")
         if self._device == "cpu":
             np.copyto(self._data, src._data)
+        elif self.dtype in HALF:  # the learner's copy kernel moves floats: 16-bit data moves as bytes
+            backend.get_backend(self._device).copy_into(self._data, src._data)
         elif self.size:
             from minitorch.ops import on_device
 
@@ -281,9 +357,11 @@ class Tensor:
 
     def clone(self) -> Tensor:
         """A new tensor with the same values on the same device (the learner's ``copy`` kernel)."""
-        out = backend.get_backend(self._device).empty(self.shape, self.dtype)
+        out = backend.get_backend(self._device).empty(self.shape, self._data.dtype)
         if self._device == "cpu":
             np.copyto(out, self._data)
+        elif self.dtype in HALF:
+            backend.get_backend(self._device).copy_into(out, self._data)
         elif self.size:
             from minitorch.ops import on_device
 
@@ -378,20 +456,37 @@ def from_numpy(array: np.ndarray, device: str | None = None, *, dtype: DTypeLike
     """Copy a float32 NumPy array to ``device`` (default: the active device).
 
     ``dtype`` converts explicitly (float64 on the cpu device only; ``"int32"`` for ids, whose values must
-    fit); without it the array must be float32, or int32 (ids).
+    fit; float16 or bfloat16: the values go to the device as float32 and are rounded there to nearest
+    even, as ``.to(dtype)`` does); without it the array must be float32, float16, or int32 (ids).
     """
     if not isinstance(array, np.ndarray):
         raise TypeError(f"from_numpy takes a numpy.ndarray, got {type(array).__name__}")
     device = _check_device(device)
     if dtype is not None:
-        dt = check_dtype(dtype, device)
+        dt = check_dtype(dtype, device, allow_half=True)
+        if dt in HALF and array.dtype != dt:
+            return from_numpy(array.astype(DTYPE), device).to(dtype=dt).requires_grad_(requires_grad)
         if dt == INDEX and array.dtype != INDEX:
             array = _as_ids(array)
         array = array.astype(dt)
     else:
-        dt = INDEX if array.dtype == INDEX else DTYPE
+        dt = array.dtype if array.dtype in (INDEX, dtypes.float16) else DTYPE
     data = backend.get_backend(device).asarray(_check_host_array(array, dt))
     return Tensor(data, device, requires_grad=requires_grad)
+
+
+def from_bits(bits: np.ndarray, dtype: DTypeLike, device: str | None = None, *,
+              requires_grad: bool = False) -> Tensor:
+    """A float16 or bfloat16 tensor whose elements have these bit patterns (a uint16 array), unchanged."""
+    device = _check_device(device)
+    dt = check_dtype(dtype, device, allow_half=True)
+    if dt not in HALF:
+        raise TypeError(f"from_bits makes float16 or bfloat16 tensors, got dtype {dt}")
+    bits = np.asarray(bits)
+    if bits.dtype != _UINT16:
+        raise TypeError(f"from_bits takes the uint16 bit patterns, got a {bits.dtype} array")
+    host = np.ascontiguousarray(bits).view(dtypes.storage(dt))
+    return Tensor(backend.get_backend(device).asarray(host), device, requires_grad=requires_grad)
 
 
 def tensor(data: Any, device: str | None = None, *, dtype: DTypeLike = None, requires_grad: bool = False) -> Tensor:
@@ -401,9 +496,9 @@ def tensor(data: Any, device: str | None = None, *, dtype: DTypeLike = None, req
         return t.requires_grad_(requires_grad) if requires_grad else t
     if isinstance(data, np.ndarray):
         return from_numpy(data, device, dtype=dtype, requires_grad=requires_grad)
-    dt = check_dtype(dtype, _check_device(device))
+    dt = check_dtype(dtype, _check_device(device), allow_half=True)
     try:
-        array = np.array(data, dtype=dt)
+        array = np.array(data, dtype=DTYPE if dt in HALF else dt)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"cannot make a {dt} tensor from {type(data).__name__}: {exc}") from None
     return from_numpy(array, device, dtype=dt, requires_grad=requires_grad)
@@ -412,15 +507,16 @@ def tensor(data: Any, device: str | None = None, *, dtype: DTypeLike = None, req
 def empty(shape: ShapeLike, device: str | None = None, *, dtype: DTypeLike = None) -> Tensor:
     """Uninitialised memory: read it before writing it and you get whatever was there."""
     device = _check_device(device)
-    dt = check_dtype(dtype, device)
-    return Tensor(backend.get_backend(device).empty(_check_shape(shape), dt), device)
+    dt = check_dtype(dtype, device, allow_half=True)
+    return Tensor(backend.get_backend(device).empty(_check_shape(shape), dtypes.storage(dt)), device)
 
 
 def zeros(shape: ShapeLike, device: str | None = None, *, dtype: DTypeLike = None,
           requires_grad: bool = False) -> Tensor:
     device = _check_device(device)
-    dt = check_dtype(dtype, device)
-    return Tensor(backend.get_backend(device).zeros(_check_shape(shape), dt), device, requires_grad=requires_grad)
+    dt = check_dtype(dtype, device, allow_half=True)  # +0.0 is all zero bits in every format
+    return Tensor(backend.get_backend(device).zeros(_check_shape(shape), dtypes.storage(dt)), device,
+                  requires_grad=requires_grad)
 
 
 def full(shape: ShapeLike, value: float, device: str | None = None, *, dtype: DTypeLike = None,
@@ -437,9 +533,9 @@ def randn(shape: ShapeLike, device: str | None = None, seed: int | None = None, 
           requires_grad: bool = False) -> Tensor:
     """Standard normal samples, drawn on the host (the same values on every device for one seed)."""
     device = _check_device(device)
-    dt = check_dtype(dtype, device)
-    values = np.random.default_rng(seed).standard_normal(_check_shape(shape), dtype=DTYPE).astype(dt)
-    return from_numpy(values, device, dtype=dt, requires_grad=requires_grad)
+    dt = check_dtype(dtype, device, allow_half=True)
+    values = np.random.default_rng(seed).standard_normal(_check_shape(shape), dtype=DTYPE)
+    return from_numpy(values if dt in HALF else values.astype(dt), device, dtype=dt, requires_grad=requires_grad)
 
 
 from minitorch import autograd  # noqa: E402  (autograd builds on Tensor; the operators above use it)

@@ -16,6 +16,8 @@ import pytest
 from minitorch import backend, kernels
 from tests.parity_phase6 import NOTEBOOKS as PHASE6_NOTEBOOKS
 from tests.parity_phase6 import PHASE6_CASES
+from tests.parity_phase8a import NOTEBOOKS as PHASE8A_NOTEBOOKS
+from tests.parity_phase8a import PHASE8A_CASES
 from tests.solution_files import all_kernel_sources, solution_files
 
 SIZES = [1, 31, 256, 257, 4099, 100_003]
@@ -416,6 +418,7 @@ CASES: dict[tuple[str, str], Callable] = {
     **{key: _phase7(key[1]) for key in PHASE7_KERNELS},
 }
 CASES.update(PHASE6_CASES)  # tests/parity_phase6.py
+CASES.update(PHASE8A_CASES)  # tests/parity_phase8a.py
 
 
 
@@ -471,7 +474,7 @@ CASES.update({("init.cu", f): _philox(f) for f in ("philox_uniform", "philox_nor
 def solution_workspace(workspace):
     for notebook in ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase3a_forward.ipynb",
                      "phase3b_backward.ipynb", "phase4_reductions.ipynb", *PHASE6_NOTEBOOKS,
-                     "phase7_gpt.ipynb"):
+                     "phase7_gpt.ipynb", *PHASE8A_NOTEBOOKS):
         for name, text in solution_files(notebook).items():
             kernels.write_source(name, text)
     return workspace

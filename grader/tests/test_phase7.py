@@ -1333,7 +1333,7 @@ def test_perf_softmax_forward_against_copy(causal, record_property):
 @pytest.mark.perf
 @pytest.mark.parametrize("b, h, t, d", [(64, 4, 64, 16), (4, 8, 1024, 64)], ids=["model", "long"])
 @pytest.mark.hint("reported, not required: materialised attention (Q Kᵀ, softmax, P V) against PyTorch's fused "
-                  "scaled_dot_product_attention; Phase 8's FlashAttention closes the gap")
+                  "scaled_dot_product_attention; Phase 8b's FlashAttention closes the gap")
 def test_perf_attention_against_pytorch_sdpa(b, h, t, d, record_property):
     cupy = _gpu()
     try:

@@ -31,6 +31,7 @@ from minitorch.autograd.layernorm import LayerNorm
 from minitorch.autograd.linalg import MatMul, Transpose
 from minitorch.autograd.loss import MSELoss
 from minitorch.autograd.pooling import MaxPool2d
+from minitorch.autograd.precision import Cast
 from minitorch.autograd.reduce import Mean, Sum
 from minitorch.autograd.shape import Reshape
 from minitorch.autograd.softmax import CrossEntropy, LogSoftmax, Softmax
@@ -44,4 +45,6 @@ __all__ = [
     # Phase 7
     "AttentionSoftmax", "BatchedMatMul", "CausalSelfAttention", "Embedding", "GELU", "LayerNorm", "MergeHeads",
     "SplitHeads",
+    # Phase 8a
+    "Cast",
 ]

@@ -65,6 +65,11 @@ def mark_host_value(t: Tensor, value: float) -> Tensor:
     return t
 
 
+def host_value(t: Tensor) -> float | None:
+    """The value every element of ``t`` is known on the host to hold, or None."""
+    return _host_values.get(t)
+
+
 def host_scalar(t: Tensor) -> float:
     """The value of a single-element tensor: known on the host, else one 4-byte copy from the device."""
     known = _host_values.get(t)

@@ -4,23 +4,38 @@ from __future__ import annotations
 
 from minitorch import ops
 from minitorch.autograd.function import Context, Function
-from minitorch.tensor import Tensor
+from minitorch.tensor import DTYPE, Tensor
 
 
 class MatMul(Function):
-    """C = A @ B: dA = dC @ B^T, dB = A^T @ dC."""
+    """C = A @ B: dA = dC @ B^T, dB = A^T @ dC.
+
+    Inside ``minitorch.amp.autocast`` float32 operands are rounded to its 16-bit dtype once: the forward
+    multiplies the rounded copies and saves them (half the memory of float32 ones), and the backward
+    rounds dC and multiplies it with them, in that dtype whether or not autocast is still on (as
+    PyTorch's); every product comes out float32, so the gradients of float32 master weights are float32."""
 
     @staticmethod
     def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
-        ctx.save_for_backward(a, b)
-        return ops.matmul(a, b)
+        ctx.compute = compute = ops.product_dtype(a.dtype)
+        if compute is None:
+            ctx.save_for_backward(a, b)
+            return ops.matmul(a, b, compute_dtype=DTYPE if a.dtype == DTYPE else None)
+        a16, b16 = ops.convert(a, compute), ops.convert(b, compute)
+        ctx.save_for_backward(a16, b16)
+        return ops.matmul(a16, b16, out_dtype=DTYPE)
 
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         a, b = ctx.saved_tensors
         # Transposed operands are read in place where the learner's Phase 5 GEMM serves (ops.matmul).
-        return (ops.matmul(grad, b, transpose_b=True) if ctx.needs_input_grad[0] else None,
-                ops.matmul(a, grad, transpose_a=True) if ctx.needs_input_grad[1] else None)
+        if ctx.compute is None:
+            compute = DTYPE if grad.dtype == DTYPE else None  # recorded in float32: stays float32
+            return (ops.matmul(grad, b, transpose_b=True, compute_dtype=compute) if ctx.needs_input_grad[0] else None,
+                    ops.matmul(a, grad, transpose_a=True, compute_dtype=compute) if ctx.needs_input_grad[1] else None)
+        g16 = ops.convert(grad, ctx.compute)
+        return (ops.matmul(g16, b, transpose_b=True, out_dtype=DTYPE) if ctx.needs_input_grad[0] else None,
+                ops.matmul(a, g16, transpose_a=True, out_dtype=DTYPE) if ctx.needs_input_grad[1] else None)
 
 
 class Transpose(Function):

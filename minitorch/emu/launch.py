@@ -207,6 +207,22 @@ def _owner(name: str) -> str:
     return m.group(1) if m else ""
 
 
+def _static_shared(shared_vars: list[dict], base: str, templates: dict) -> int:
+    """Bytes of ``__shared__`` variables a kernel named ``base`` may use: those at file scope and in
+    ordinary functions, plus those of one instantiation of ``base`` when it is a template. Several
+    instantiations compiled into one module (``name_expressions``) each have their own variables, and
+    the symbols do not say which export is which: the largest instantiation is counted, not their sum."""
+    total, per_instance = 0, {}
+    for s in shared_vars:
+        owner = _owner(s["name"])
+        if owner == base and base in templates:
+            full = s["name"].rsplit("::", 1)[0]
+            per_instance[full] = per_instance.get(full, 0) + s["size"]
+        elif owner in ("", base) or owner not in templates:
+            total += s["size"]
+    return total + max(per_instance.values(), default=0)
+
+
 class RawModule:
     """CUDA C source compiled for the CPU. Same constructor as ``cupy.RawModule``; ``filename``
     (an addition) names the source in compiler messages and fault reports."""
@@ -316,8 +332,7 @@ class Kernel:
         self._max_dyn = 0
         self._pointee_ok: dict[tuple[int, np.dtype], bool] = {}
         self._templates: dict[bool, rt.EmuLaunch] = {}
-        self.static_shared = sum(s["size"] for s in loaded.shared_vars
-                                 if _owner(s["name"]) in ("", export.base) or _owner(s["name"]) not in info.templates)
+        self.static_shared = _static_shared(loaded.shared_vars, export.base, info.templates)
 
     @property
     def signature(self) -> str:

@@ -14,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from minitorch import backend
-from minitorch.tensor import Tensor, _check_device, check_dtype
+from minitorch import backend, dtypes
+from minitorch.tensor import HALF, Tensor, _check_device, check_dtype, from_numpy, names_a_device
 
-__all__ = ["Module", "ModuleList", "Sequential"]
+__all__ = ["DTYPE_SUFFIX", "Module", "ModuleList", "Sequential"]
+
+DTYPE_SUFFIX = ":dtype"  # state-dict entry beside a bfloat16 parameter's bits: "name:dtype" -> "bfloat16"
 
 
 class Module:
@@ -66,25 +68,57 @@ class Module:
         for t in self.parameters():
             t.grad = None
 
-    def to(self, device: str) -> Module:
-        """Move every parameter to ``device``, in place (the tensors stay the same objects)."""
+    def _to_device(self, device: str) -> None:
         device = _check_device(device)
         for t in self.parameters():
             if t.device != device:
-                check_dtype(t.dtype, device)
-                t._data = backend.get_backend(device).asarray(t.numpy())
+                check_dtype(t.dtype, device, allow_half=True)
+                t._data = backend.get_backend(device).asarray(backend.get_backend(t.device).asnumpy(t._data))
                 t._device = device
                 t.grad = None
-        return self
 
     # --- state ----------------------------------------------------------------------------------
+    def to(self, target: Any = None, *, device: str | None = None, dtype: Any = None) -> Module:
+        """Move every parameter to a device (``"cpu"``) and/or convert it to a dtype (``minitorch.bfloat16``),
+        in place (the tensors stay the same objects; their gradients are dropped)."""
+        if target is not None:
+            if names_a_device(target):
+                device = target
+            else:
+                dtype = target
+        if device is not None:
+            self._to_device(device)
+        if dtype is not None:
+            dt = check_dtype(dtype, "cpu" if dtype == "float64" else next(
+                (p.device for p in self.parameters()), "cpu"), allow_half=True)
+            for t in self.parameters():
+                if t.dtype != dt:
+                    t._data = t.detach().to(dtype=dt)._data
+                    t.grad = None
+        return self
+
     def state_dict(self) -> dict[str, np.ndarray]:
-        """{name: host copy of the parameter}."""
-        return {name: t.numpy() for name, t in self.named_parameters()}
+        """{name: host copy of the parameter}: float32 (float64, float16) arrays as they are; a bfloat16
+        parameter as its uint16 bits, with an entry ``name + DTYPE_SUFFIX`` holding ``"bfloat16"`` (NumPy has
+        no bfloat16; the record says how to read the bits back)."""
+        state: dict[str, np.ndarray] = {}
+        for name, t in self.named_parameters():
+            if t.dtype is dtypes.bfloat16:
+                state[name] = t.bits()
+                state[name + DTYPE_SUFFIX] = np.array("bfloat16")
+            else:
+                state[name] = t.numpy()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Copy values into the parameters (same names, same shapes)."""
         params = dict(self.named_parameters())
+        records = {k[:-len(DTYPE_SUFFIX)]: str(np.asarray(v)) for k, v in state.items() if k.endswith(DTYPE_SUFFIX)}
+        state = {k: v for k, v in state.items() if not k.endswith(DTYPE_SUFFIX)}
+        for name, kind in records.items():
+            if kind != "bfloat16" or name not in state:
+                raise ValueError(f"load_state_dict: the record {name + DTYPE_SUFFIX!r} says {kind!r}; expected "
+                                 f"'bfloat16' beside the bits of a parameter {name!r}")
         missing = sorted(set(params) - set(state))
         unexpected = sorted(set(state) - set(params))
         if missing or unexpected:
@@ -94,6 +128,11 @@ class Module:
             value = np.asarray(state[name])
             if value.shape != t.shape:
                 raise ValueError(f"load_state_dict: {name} has shape {t.shape}, the state has {value.shape}")
+            if name in records:  # bfloat16 bits
+                if value.dtype != np.uint16:
+                    raise ValueError(f"load_state_dict: {name} is recorded as bfloat16 bits (uint16), the state holds "
+                                     f"{value.dtype}")
+                value = dtypes.bits_to_float32(value, dtypes.bfloat16)  # exact
             _assign(t, value)
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -119,7 +158,11 @@ class Module:
 
 
 def _assign(t: Tensor, value: np.ndarray) -> None:
-    """Replace a parameter's values from the host, keeping the tensor object (optimizers hold it)."""
+    """Replace a parameter's values from the host, keeping the tensor object (optimizers hold it). Values
+    for a 16-bit parameter are rounded to it as ``.to(dtype)`` rounds (exact when they came from it)."""
+    if t.dtype in HALF:
+        t._data = from_numpy(np.ascontiguousarray(value, dtype=np.float32), t.device, dtype=t.dtype)._data
+        return
     t._data = backend.get_backend(t.device).asarray(np.ascontiguousarray(value, dtype=t.dtype))
 
 

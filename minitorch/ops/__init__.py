@@ -26,10 +26,11 @@ from minitorch.ops.elementwise import add, add_bias, mul, relu, relu_backward, s
 from minitorch.ops.embedding import embedding, embedding_backward
 from minitorch.ops.gelu import gelu, gelu_backward
 from minitorch.ops.layernorm import layer_norm, layer_norm_backward
-from minitorch.ops.linalg import matmul, transpose
+from minitorch.ops.linalg import matmul, product_dtype, transpose
 from minitorch.ops.loss import mse_backward, mse_loss
 from minitorch.ops.optim import sgd_momentum_
 from minitorch.ops.pooling import max_pool2d, max_pool2d_backward
+from minitorch.ops.precision import autocast_dtype, convert, set_autocast_dtype
 from minitorch.ops.reduce import bias_grad, column_mean_var, max, sum  # noqa: A004 (the operations' names)
 from minitorch.ops.shape import expand, reshape
 from minitorch.ops.softmax import (
@@ -54,4 +55,6 @@ __all__ = [
     "attention", "attention_backward", "bmm", "clip_by_global_norm_", "embedding", "embedding_backward", "gelu",
     "gelu_backward", "layer_norm", "layer_norm_backward", "merge_heads", "attention_softmax", "attention_softmax_backward",
     "split_heads",
+    # Phase 8a
+    "autocast_dtype", "convert", "product_dtype", "set_autocast_dtype",
 ]

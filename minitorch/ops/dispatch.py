@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from minitorch import backend, kernels, plans
-from minitorch.tensor import DTYPE, INDEX, Tensor
+from minitorch.tensor import DTYPE, HALF, INDEX, Tensor
 
 
 @contextlib.contextmanager
@@ -30,8 +30,9 @@ def on_device(device: str) -> Iterator[None]:
 
 
 
-def check_tensors(op: str, **named: Any) -> tuple[str, np.dtype]:
-    """All arguments are Tensors on one device with one dtype; returns (device, dtype)."""
+def check_tensors(op: str, *, half: bool = False, **named: Any) -> tuple[str, Any]:
+    """All arguments are Tensors on one device with one dtype; returns (device, dtype). 16-bit tensors
+    (float16, bfloat16) only where ``half`` (the ops that take them)."""
     device = dtype = None
     first = ""
     for name, t in named.items():
@@ -39,6 +40,9 @@ def check_tensors(op: str, **named: Any) -> tuple[str, np.dtype]:
             raise TypeError(f"{op}: `{name}` must be a minitorch Tensor, got {type(t).__name__}")
         if t.dtype == INDEX:
             raise TypeError(f"{op}: `{name}` holds int32 ids; {op} computes on float tensors")
+        if not half and t.dtype in HALF:
+            raise TypeError(f"{op}: `{name}` is {t.dtype}; {op} computes on float32 tensors (16-bit tensors take "
+                            f"part in elementwise ops and matmul): convert it with .float()")
         if device is None:
             device, dtype, first = t.device, t.dtype, name
         elif t.device != device:
@@ -124,7 +128,11 @@ def binary(op: str, filename: str, names: tuple[str, str], a: Tensor, b: Tensor,
     if type(a) is Tensor and type(b) is Tensor and a._device == b._device and a.dtype == DTYPE == b.dtype:
         device, dtype = a._device, DTYPE  # the common case, float32 on one device: no names to build
     else:
-        device, dtype = check_tensors(op, **{names[0]: a, names[1]: b})
+        device, dtype = check_tensors(op, half=True, **{names[0]: a, names[1]: b})
+        if dtype in HALF:
+            from minitorch.ops.precision import via_float32
+
+            return via_float32(lambda x, y: binary(op, filename, names, x, y, reference), a, b)
     shape = a.shape
     if shape != b.shape:
         same_shape(op, names[0], a, names[1], b)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from minitorch.ops.dispatch import binary, check_tensors, cpu_result, empty, launch, matrix, real
-from minitorch.tensor import Tensor
+from minitorch.ops.precision import via_float32
+from minitorch.tensor import HALF, Tensor
 
 
 def add(a: Tensor, b: Tensor) -> Tensor:
@@ -20,7 +21,9 @@ def mul(a: Tensor, b: Tensor) -> Tensor:
 
 def scalar_mul(a: Tensor, s: float) -> Tensor:
     """s * a."""
-    device, dtype = check_tensors("scalar_mul", a=a)
+    device, dtype = check_tensors("scalar_mul", half=True, a=a)
+    if dtype in HALF:  # computed in float32, rounded back once
+        return via_float32(scalar_mul, a, s)
     s = real("scalar_mul", "s", s)
     if device == "cpu":
         return cpu_result(a.data * dtype.type(s), dtype)
@@ -32,7 +35,9 @@ def scalar_mul(a: Tensor, s: float) -> Tensor:
 
 def relu(a: Tensor) -> Tensor:
     """max(a, 0), elementwise."""
-    device, dtype = check_tensors("relu", a=a)
+    device, dtype = check_tensors("relu", half=True, a=a)
+    if dtype in HALF:  # computed in float32, rounded back once
+        return via_float32(relu, a)
     if device == "cpu":
         return cpu_result(np.where(a.data > 0, a.data, dtype.type(0)), dtype)
     out = empty(device, a.shape)
@@ -49,7 +54,9 @@ def relu_backward(x: Tensor, grad_out: Tensor) -> Tensor:
 
 def sigmoid(x: Tensor) -> Tensor:
     """1 / (1 + exp(-x)), elementwise, without overflow for large |x|."""
-    device, dtype = check_tensors("sigmoid", x=x)
+    device, dtype = check_tensors("sigmoid", half=True, x=x)
+    if dtype in HALF:  # computed in float32, rounded back once
+        return via_float32(sigmoid, x)
     if device == "cpu":
         e = np.exp(-np.abs(x.data))  # never overflows: exp of a non-positive number
         return cpu_result(np.where(x.data >= 0, 1 / (1 + e), e / (1 + e)), dtype)
@@ -67,7 +74,9 @@ def sigmoid_backward(y: Tensor, grad_out: Tensor) -> Tensor:
 
 def add_bias(x: Tensor, bias: Tensor) -> Tensor:
     """out[r, c] = x[r, c] + bias[c]: x (rows, cols), bias (cols,)."""
-    device, dtype = check_tensors("add_bias", x=x, bias=bias)
+    device, dtype = check_tensors("add_bias", half=True, x=x, bias=bias)
+    if dtype in HALF:  # computed in float32, rounded back once
+        return via_float32(add_bias, x, bias)
     rows, cols = matrix("add_bias", "x", x)
     if bias.shape != (cols,):
         raise ValueError(f"add_bias: `bias` must have shape ({cols},), one value per column of x {x.shape}; "

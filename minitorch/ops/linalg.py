@@ -4,19 +4,28 @@ Phases 2-4 run matmul on Phase 2's naive kernel (``matmul.py``). From Phase 5 on
 GEMM launcher (``gemm.py``) exists, matmul runs on it, with transposed operands read in place: the
 backward products dX = dY·Wᵀ and dW = Xᵀ·dY then need no transpose kernel. The grader sets
 ``MINITORCH_PHASE`` to the phase it grades, so an earlier phase is graded on that phase's own kernels.
+
+From Phase 8a, products of 16-bit operands run on the learner's tensor-core launcher ``hgemm.py``
+(fp32 accumulation): two float16 (or two bfloat16) tensors give a tensor of their dtype, rounded once at
+the end; and inside ``minitorch.amp.autocast(dtype)`` (or with ``compute_dtype=``) two float32 tensors are
+rounded to the 16-bit dtype (the learner's ``convert.py``), multiplied on ``hgemm.py``, and give float32.
+On cpu the same rounding is done by NumPy and the product accumulates in float32.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 
-from minitorch import backend, kernels
+from minitorch import backend, dtypes, kernels
 from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch, matrix
-from minitorch.tensor import DTYPE, Tensor
+from minitorch.ops.precision import autocast_dtype, convert
+from minitorch.tensor import DTYPE, HALF, Tensor
 
 GEMM_FILE = "gemm.py"
+HGEMM_FILE = "hgemm.py"
 
 
 def transpose(a: Tensor) -> Tensor:
@@ -41,10 +50,35 @@ def uses_gemm() -> bool:
     return os.path.exists(kernels.source_path(GEMM_FILE))
 
 
-def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
+def product_dtype(dtype: Any, compute_dtype: Any = None) -> Any:
+    """The 16-bit format a product of two ``dtype`` operands is computed in, or None for their own dtype:
+    ``compute_dtype`` if given (float32: none), else the autocast setting; float32 operands only."""
+    if compute_dtype is not None:
+        compute = dtypes.resolve(compute_dtype)
+        if compute != DTYPE and compute not in HALF:
+            raise ValueError(f"matmul: compute_dtype must be float32, float16 or bfloat16, got {compute}")
+        if compute in HALF and dtype != DTYPE:
+            raise TypeError(f"matmul: compute_dtype={compute} rounds float32 operands; these are {dtype}")
+    else:
+        compute = autocast_dtype()
+    return compute if compute in HALF and dtype == DTYPE else None
+
+
+def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool = False,
+           compute_dtype: Any = None, out_dtype: Any = None) -> Tensor:
     """op(a) @ op(b) -> (M, N), where op(a) = aᵀ if ``transpose_a`` (then a is (K, M)), else a (M, K);
-    likewise op(b) is (K, N)."""
-    device, dtype = check_tensors("matmul", a=a, b=b)
+    likewise op(b) is (K, N).
+
+    16-bit operands (both float16 or both bfloat16) give their dtype, or float32 with
+    ``out_dtype=float32``. Float32 operands are rounded to ``compute_dtype`` (float16 or bfloat16;
+    default: the autocast dtype, if any) and give float32."""
+    device, dtype = check_tensors("matmul", half=True, a=a, b=b)
+    out_dt = dtype
+    if out_dtype is not None:
+        out_dt = dtypes.resolve(out_dtype)
+        if out_dt != dtype and not (dtype in HALF and out_dt == DTYPE):
+            raise TypeError(f"matmul: out_dtype={out_dt}: 16-bit operands give their dtype or float32, others "
+                            f"their own dtype; these are {dtype}")
     rows_a, cols_a = matrix("matmul", "a", a)
     rows_b, cols_b = matrix("matmul", "b", b)
     (m, k), (k2, n) = ((cols_a, rows_a) if transpose_a else (rows_a, cols_a),
@@ -53,6 +87,9 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
         what_a = f"a{'ᵀ' if transpose_a else ''}"
         raise ValueError(f"matmul: the inner dimensions must agree: {what_a} is ({m}, {k}) (M, K), so "
                          f"b{'ᵀ' if transpose_b else ''} must be ({k}, N); got {b.shape}")
+    compute = dtype if dtype in HALF else product_dtype(dtype, compute_dtype)
+    if compute is not None:
+        return _tensor_core_matmul(a, b, compute, out_dt, (m, n, k), transpose_a, transpose_b)
     if device == "cpu":
         return cpu_result(np.matmul(a.data.T if transpose_a else a.data, b.data.T if transpose_b else b.data), dtype)
     if k == 0:  # a sum of no products: zeros, nothing to launch
@@ -69,4 +106,25 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
     if transpose_b:
         b = transpose(b)
     launch(device, "matmul.py", "matmul", a.data, b.data, out, outputs=(2,))
+    return Tensor(out, device)
+
+
+def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tuple[int, int, int],
+                        transpose_a: bool, transpose_b: bool) -> Tensor:
+    """The product on 16-bit operands of format ``compute``, fp32 accumulation; the result in ``dtype``
+    (the operands' own: 16-bit operands give 16-bit, float32 operands (autocast) give float32)."""
+    m, n, k = mnk
+    device = a.device
+    if device == "cpu":  # round as the devices do, then a float32 product (NumPy accumulates in float32)
+        a32, b32 = (dtypes.bits_to_float32(dtypes.float32_to_16bit(t.numpy(), compute).view(np.uint16), compute)
+                    for t in (a, b))
+        c = np.matmul(a32.T if transpose_a else a32, b32.T if transpose_b else b32).astype(DTYPE)
+        out = cpu_result(c, DTYPE)
+        return out if dtype == DTYPE else convert(out, dtype)
+    if not (m and n and k):  # nothing to multiply: zeros (a sum of no products), nothing to launch
+        return Tensor(backend.get_backend(device).zeros((m, n), dtypes.storage(dtype)), device)
+    a16, b16 = convert(a, compute), convert(b, compute)
+    out = empty(device, (m, n), dtypes.storage(dtype))
+    launch(device, HGEMM_FILE, "hgemm", a16.data, b16.data, out, outputs=(2,), dtype=compute.name,
+               transpose_a=transpose_a, transpose_b=transpose_b)
     return Tensor(out, device)

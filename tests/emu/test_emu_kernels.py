@@ -189,6 +189,31 @@ def test_templates_via_name_expressions() -> None:
     np.testing.assert_array_equal(d.get(), xd * 0.1)
 
 
+BIG_TILE = r"""
+template <typename T, int FLIP>
+__global__ void flip(const T* x, T* y, int n) {
+    __shared__ T tile[28 * 1024 / sizeof(T)];  // 28 KiB an instantiation
+    int t = threadIdx.x;
+    tile[t] = t < n ? x[t] : T(0);
+    __syncthreads();
+    if (t < n) y[t] = FLIP ? tile[n - 1 - t] : tile[t];
+}
+"""
+
+
+def test_each_template_instantiation_counts_its_own_static_shared_memory() -> None:
+    # Four instantiations of 28 KiB each in one module: a block of any one uses 28 KiB, not their sum
+    # (which is past the 48 KiB a block may have); the HGEMM lab compiles 16 at a time.
+    names = ["flip<float, 0>", "flip<float, 1>", "flip<int, 0>", "flip<int, 1>"]
+    m = mod(BIG_TILE, name_expressions=names)
+    x = RNG.standard_normal(64).astype(np.float32)
+    y = emu.zeros(64)
+    k = m.get_function("flip<float, 1>")
+    assert k.static_shared == 28 * 1024
+    k((1,), (64,), (emu.asarray(x), y, np.int32(64)))
+    np.testing.assert_array_equal(y.get(), x[::-1])
+
+
 DYNSMEM = r"""
 extern "C" __global__ void rev(const float* x, float* y, int n) {
     extern __shared__ float buf[];

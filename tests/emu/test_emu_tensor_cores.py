@@ -1,4 +1,4 @@
-"""Tensor cores on the emulator (phase 8): 16-bit floats, WMMA, mma.sync / ldmatrix / cp.async PTX.
+"""Tensor cores on the emulator (Phase 8a): 16-bit floats, WMMA, mma.sync / ldmatrix / cp.async PTX.
 
 References are independent of the emulator: NumPy's float16 conversions, a bfloat16 rounding done by
 value in float64, exact rational arithmetic (fractions) for a + b, a * b and a * b + c rounded once,

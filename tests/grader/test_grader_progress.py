@@ -33,13 +33,16 @@ def _pass_phase1(workspace: Path, passed: bool = True, notebook: Path | None = N
 
 
 def test_registry_order_and_names():
-    assert list(PHASES) == ["phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7", "phase8"]
+    assert list(PHASES) == ["phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7",
+                            "phase8a", "phase8b"]
+    assert get_phase("phase8a").requires == "phase7" and get_phase("phase8b").requires == "phase8a"
+    assert get_phase("8a").name == "phase8a" and get_phase("phase8a").published
     assert get_phase("phase3b").requires == "phase3a" and get_phase("phase4").requires == "phase3b"
     assert get_phase("1").name == "phase1" and get_phase("3a").name == "phase3a"
     assert [p.name for p in PHASES.values() if p.published][:7] == ["phase1", "phase2", "phase3a", "phase3b",
                                                                      "phase4", "phase5", "phase6"]
     assert get_phase("phase5").test_files == ("test_phase5.py", "test_phase5_training.py")
-    assert get_phase("phase1").test_files == ("test_phase1.py",) and get_phase("phase8").test_files == ()
+    assert get_phase("phase1").test_files == ("test_phase1.py",) and get_phase("phase8b").test_files == ()
     assert get_phase("phase6").test_files[0] == "test_phase6_softmax.py"
 
 
@@ -136,7 +139,7 @@ def test_skip_gates_escape_hatch(env, monkeypatch):
 
 
 def test_unpublished_phase_says_so(env, capsys):
-    assert main(["check", "phase8"]) == 2
+    assert main(["check", "phase8b"]) == 2
     assert "not published yet" in capsys.readouterr().err
     assert main(["check", "phase9"]) == 2
     assert "unknown phase" in capsys.readouterr().err

@@ -1,0 +1,578 @@
+"""Graded tests of Phase 8a, tensor cores: convert.cu / convert.py and hgemm.cu / hgemm.py.
+
+Run by `grader check phase8a`, on the active device (cuda or emu), with fresh random inputs (seed printed in the
+report), outputs poisoned before every launch, and checks that the learner's kernels computed the results.
+
+Conversions are compared bit for bit with an independent NumPy reference on every class of float32 bit pattern
+(any NaN of the right sign is accepted for a NaN). HGEMM results are compared with the float64 product of the
+same 16-bit inputs, within the bound derived in `hgemm_bound`. Performance (GPU only) is a ratio to cuBLAS on
+the same dtypes, measured in the same run: `torch.matmul` when PyTorch imports, else `cupy.matmul` for fp16 (CuPy
+has no bf16: the bf16 figure is then skipped, with the reason).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pytest
+
+from grader import checks
+from grader.checks import GradeError, launch_checked
+from minitorch import backend, kernels
+
+ON_GPU = backend.get_device() == "cuda"
+FORMATS = ("bfloat16", "float16")
+STORAGE = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(np.uint16)}
+RUNGS = {"wmma": "hgemm_1_wmma", "wmma_shared": "hgemm_2_wmma_shared", "mma": "hgemm_3_mma",
+         "swizzle": "hgemm_4_swizzle", "pipeline": "hgemm_5_pipeline"}
+LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
+U32 = 2.0 ** -24  # the unit roundoff of float32 (round to nearest)
+U_OUT = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11}  # the unit roundoff of the 16-bit output
+TINY_OUT = {"bfloat16": 2.0 ** -134, "float16": 2.0 ** -25}  # half the spacing of the output's subnormals
+# (M, K, N): multiples of no tile (16, 32, 64, 128), K = 1, tall-and-skinny, short-and-wide, a whole tile with
+# 16-byte rows (the vectorised path: K and N multiples of 8), a partial one with them, and a long dot product
+# (K = 1000: what an fp16 accumulator fails). The emulator runs CUDA C on the CPU: the big ones on a GPU only.
+SHAPES = [(1, 1, 1), (17, 1, 33), (70, 40, 9), (33, 24, 130), (300, 16, 5), (5, 16, 300), (128, 32, 128),
+          (136, 40, 72), (24, 1000, 40)]
+if ON_GPU:
+    SHAPES += [(1000, 136, 72), (4099, 40, 8), (8, 40, 3001), (257, 1000, 263), (384, 4096, 512),
+               (1023, 1023, 1023)]
+
+
+def convert_module():
+    return kernels.load_module("convert.py")
+
+
+def hgemm_module():
+    return kernels.load_module("hgemm.py")
+
+
+def rung(variant: str, *extra: Any) -> Any:
+    """A pytest.param naming the rung's kernel (reported when the test crashes or hangs)."""
+    return pytest.param(variant, *extra, marks=pytest.mark.kernel("hgemm.cu", RUNGS[variant]),
+                        id="-".join(str(v) for v in (variant, *extra)))
+
+
+def launches_of(filename: str, kernel: str) -> int:
+    """Launches of `kernel` (its template instantiations included) from `filename` since the last reset."""
+    return sum(n for (file, function), n in kernels.launch_counts().items()
+               if file == filename and (function == kernel or function.startswith(kernel + "<")))
+
+
+# ---------------------------------------------------------------- the references
+
+
+def float_patterns() -> np.ndarray:
+    """float32 bit patterns of every class, both signs: every exponent with fractions at, just below and just
+    above the rounding ties of fp16 (13 dropped bits) and bf16 (16), odd and even kept parts; fp16's overflow
+    boundary (65504, 65520 = the tie that goes to inf), its subnormal range down to 2^-25 (the tie that goes to
+    0) and below; float32 subnormals; +-0, +-inf, quiet and signalling NaNs; and random patterns."""
+    fractions = [0, 1, 2, 0x0FFF, 0x1000, 0x1001, 0x1FFF, 0x2000, 0x3000, 0x5000, 0x7FFF, 0x8000, 0x8001, 0xFFFF,
+                 0x10000, 0x18000, 0x28000, 0x400000, 0x7FF000, 0x7FFFFF]
+    grid = (np.arange(256, dtype=np.uint32)[:, None] << 23) | np.array(fractions, np.uint32)[None, :]
+    edges = np.array([0x477FE000, 0x477FEFFF, 0x477FF000, 0x477FF001, 0x477FFFFF,  # 65504 .. 65520 .. 65536
+                      0x33000000, 0x33000001, 0x32FFFFFF, 0x33800000, 0x33C00000,  # 2^-25 (a tie: to 0), 2^-24
+                      0x387FC000, 0x387FE000, 0x387FF000, 0x387FFFFF,  # up to fp16's smallest normal, 2^-14
+                      0x7F7F7FFF, 0x7F7F8000, 0x7F7FFFFF,  # bf16 overflow
+                      0x00000001, 0x007FFFFF, 0x00400000,  # float32 subnormals
+                      0x7F800000, 0x7F800001, 0x7FC00000, 0x7FFFFFFF, 0x7FA00000], np.uint32)
+    rand = checks.rng("float patterns").integers(0, 2 ** 32, 20000, dtype=np.uint64).astype(np.uint32)
+    positive = np.concatenate([grid.ravel(), edges, rand])
+    return np.concatenate([positive, positive | np.uint32(0x80000000)])
+
+
+def half_reference(x: np.ndarray) -> np.ndarray:
+    """float32 -> fp16 bits by NumPy's own conversion (round to nearest even, subnormals, overflow to inf)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return x.astype(np.float16).view(np.uint16)
+
+
+def bfloat16_reference(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits decided by value: the nearer of the two bf16 neighbours compared in float64, the
+    even one on a tie; one step past the largest finite bf16 is inf. (Not by adding a rounding bias to the bits,
+    as a kernel does.) A NaN stays a NaN of its sign; the comparison accepts any NaN of the right sign."""
+    bits = x.view(np.uint32).astype(np.uint64)
+    down = bits & 0xFFFF0000
+    up = down + 0x10000
+    with np.errstate(invalid="ignore", over="ignore"):
+        magnitude = np.abs(x.astype(np.float64))
+        low = np.abs(down.astype(np.uint32).view(np.float32).astype(np.float64))
+        high = np.abs(up.astype(np.uint32).view(np.float32).astype(np.float64))
+        high = np.where(np.isinf(high), 2.0 ** 128, high)
+        below, above = magnitude - low, high - magnitude
+    pick_up = (above < below) | ((above == below) & ((down >> 16) & 1 == 1))
+    out = (np.where(pick_up, up, down) >> 16).astype(np.uint16)
+    inf, nan = np.isinf(x), np.isnan(x)
+    out[inf] = (bits[inf] >> 16).astype(np.uint16)
+    out[nan] = ((bits[nan] >> 16) | 0x40).astype(np.uint16)  # its payload may lie in the dropped bits
+    return out
+
+
+def pattern_class(bits32: int) -> str:
+    """A float32 pattern's class, in words (for the report of the first wrong conversion)."""
+    magnitude, sign = bits32 & 0x7FFFFFFF, "-" if bits32 >> 31 else "+"
+    value = float(np.uint32(bits32).view(np.float32))
+    if magnitude > 0x7F800000:
+        return f"{sign}NaN"
+    if magnitude == 0x7F800000:
+        return f"{sign}inf"
+    if magnitude == 0:
+        return f"{sign}0"
+    if magnitude < 0x00800000:
+        return "a float32 subnormal"
+    if magnitude & 0xFFF == 0 and magnitude & 0x1000:
+        kind = "a tie of fp16 (13 dropped bits exactly half a step)"
+    elif magnitude & 0xFFFF == 0x8000:
+        kind = "a tie of bf16 (16 dropped bits exactly half a step)"
+    else:
+        kind = "a normal float"
+    if abs(value) >= 65520:
+        kind += ", past fp16's range (>= 65520 rounds to inf)"
+    elif abs(value) < 2.0 ** -14:
+        kind += ", in fp16's subnormal range (< 2^-14)" if abs(value) >= 2.0 ** -25 else ", below 2^-25 (fp16: 0)"
+    return kind
+
+
+def hgemm_bound(a64: np.ndarray, b64: np.ndarray, dtype: str, out16: bool) -> np.ndarray:
+    """The largest error an element of C = A·B may have against the float64 product of the same 16-bit inputs.
+
+    Derivation. Every product a·b of two 16-bit numbers is exact in float32: their significands have 11 (fp16)
+    or 8 (bf16) bits, the product at most 22, and float32 keeps 24; the exponents stay in float32's range. So the
+    only errors are in the K additions into a float32 accumulator. Whatever the order and grouping the hardware
+    uses (WMMA and mma.sync add 16 products at a time, and the tensor cores may truncate rather than round to
+    nearest), each addition changes the running sum s by at most 2u|s| with u = 2^-24 (u for rounding to nearest,
+    2u for truncation), and every partial sum is bounded by S = sum_k |a_ik||b_kj|. So
+    |c - c64| <= K·2u·S + O(K²u²S); the second-order term is below 1% of the first while K·u < 0.005 (K < 80,000),
+    hence the bound 2·K·u·S·1.01. (The typical error is far smaller, about sqrt(K)·u·S: the rounding errors of
+    random data add like a random walk. An fp16 accumulator, whose u is 2^-11, fails this bound at K = 1000.)
+
+    A 16-bit C is then rounded once, to nearest even: at most u_out = 2^-8 (bf16) or 2^-11 (fp16) of |c|, with
+    |c| <= |c64| + the accumulation's bound, plus half the spacing of the format's subnormals near 0.
+    """
+    k = a64.shape[1]
+    magnitude = np.abs(a64) @ np.abs(b64)
+    accumulation = 2.0 * max(k, 1) * U32 * magnitude * 1.01
+    if not out16:
+        return accumulation
+    return accumulation + U_OUT[dtype] * (np.abs(a64 @ b64) + accumulation) + TINY_OUT[dtype]
+
+
+def to_16bit_host(x: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 -> the 16-bit format's host array (finite inputs)."""
+    return half_reference(x).view(np.float16) if dtype == "float16" else bfloat16_reference(x)
+
+
+def widen_host(x16: np.ndarray, dtype: str) -> np.ndarray:
+    """A 16-bit host array -> float64, exactly."""
+    x16 = np.asarray(x16)
+    if dtype == "float16":
+        return x16.view(np.float16).astype(np.float64)
+    return (x16.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+# ---------------------------------------------------------------- conversions
+
+
+# (sign bit, exponent mask, fraction mask) of each format's bit patterns
+LAYOUT_BITS = {"float16": (0x8000, 0x7C00, 0x3FF), "bfloat16": (0x8000, 0x7F80, 0x7F),
+               "float32": (0x80000000, 0x7F800000, 0x7FFFFF)}
+
+
+def _compare_conversion(what: str, src_bits: np.ndarray, got: np.ndarray, want: np.ndarray, fmt: str) -> None:
+    """Bit-for-bit equality with the reference `want` (patterns of format `fmt`), any NaN of the right sign
+    accepted for a NaN; the first difference is named with the class of its input pattern."""
+    sign, exponent, fraction = LAYOUT_BITS[fmt]
+    got, want = got.astype(np.uint64), want.astype(np.uint64)
+
+    def is_nan(bits: np.ndarray) -> np.ndarray:
+        return ((bits & exponent) == exponent) & ((bits & fraction) != 0)
+
+    ok = np.where(is_nan(want), is_nan(got) & ((got & sign) == (want & sign)), got == want)
+    if ok.all():
+        return
+    bad = np.flatnonzero(~ok)
+    i, digits = int(bad[0]), 4 if fmt != "float32" else 8
+    narrowing = fmt != "float32"  # the inputs were float32 patterns
+    source = (f"0x{int(src_bits[i]):08X} ({pattern_class(int(src_bits[i]))})" if narrowing
+              else f"0x{int(src_bits[i]):04X}")
+    lines = [f"{what}: {bad.size} of {ok.size} patterns differ from the reference",
+             f"  first: input {source} gave 0x{int(got[i]):0{digits}X}, expected 0x{int(want[i]):0{digits}X}"
+             + (" (or any NaN of this sign)" if is_nan(want[i:i + 1])[0] else "")]
+    if narrowing:
+        classes: dict[str, int] = {}
+        for j in bad[:5000]:
+            name = pattern_class(int(src_bits[j]))
+            classes[name] = classes.get(name, 0) + 1
+        lines.append("  wrong, by class of input: " + "; ".join(f"{n}: {c}" for n, c in sorted(classes.items())))
+    raise GradeError("\n".join(lines))
+
+
+@pytest.mark.kernel("convert.cu", "float_to_half")
+@pytest.mark.parametrize("dtype", FORMATS)
+@pytest.mark.hint("round to nearest, ties to even, by integer operations on the bits: NaN -> a NaN of the same "
+                  "sign (quiet bit set), |x| >= 65520 -> inf (fp16), subnormal results shifted and rounded, "
+                  "below half the smallest subnormal -> +-0")
+def test_float32_to_16bit_every_class_of_pattern(dtype):
+    bits = float_patterns()
+    x = bits.view(np.float32)
+    out = checks.poison(x.shape, STORAGE[dtype])
+    what = f"to_16bit(x, out, {dtype!r})"
+    kernel = "float_to_half" if dtype == "float16" else "float_to_bfloat16"
+    checks.reset_launches()
+    x_dev = backend.asarray(x)
+    checks.run_without_host_transfers(what, lambda: convert_module().to_16bit(x_dev, out, dtype))
+    if launches_of("convert.cu", kernel) == 0:
+        raise GradeError(f"{what}: no launch of `{kernel}` from convert.cu was recorded")
+    got = checks.to_host(out).view(np.uint16)
+    want = half_reference(x) if dtype == "float16" else bfloat16_reference(x)
+    _compare_conversion(f"{what}, float32 -> {dtype}", bits, got, want, dtype)
+
+
+@pytest.mark.kernel("convert.cu", "half_to_float")
+@pytest.mark.parametrize("dtype", FORMATS)
+@pytest.mark.hint("widening is exact: rebias the exponent; fp16 subnormals become float32 normals (shift the "
+                  "fraction up to its leading 1); exponent all ones: inf or NaN, sign kept")
+def test_16bit_to_float32_every_pattern(dtype):
+    every = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+    x = every.view(np.float16) if dtype == "float16" else every
+    out = checks.poison(every.shape)
+    what = f"from_16bit(x, out, {dtype!r})"
+    kernel = "half_to_float" if dtype == "float16" else "bfloat16_to_float"
+    checks.reset_launches()
+    x_dev = backend.asarray(x)
+    checks.run_without_host_transfers(what, lambda: convert_module().from_16bit(x_dev, out, dtype))
+    if launches_of("convert.cu", kernel) == 0:
+        raise GradeError(f"{what}: no launch of `{kernel}` from convert.cu was recorded")
+    got = checks.to_host(out).view(np.uint32)
+    with np.errstate(invalid="ignore"):
+        want_f = widen_host(every, dtype).astype(np.float32)
+    _compare_conversion(f"{what}, {dtype} -> float32", every, got, want_f.view(np.uint32), "float32")
+
+
+@pytest.mark.kernel("convert.cu", "float_to_bfloat16")
+@pytest.mark.parametrize("n", [1, 7, 1000] + ([(1 << 22) + 3] if ON_GPU else []), ids=str)
+@pytest.mark.hint("a grid-stride loop over all n elements, n of any size; nothing written past the end")
+def test_conversions_at_every_length(n):
+    x = checks.rng("lengths", n).standard_normal(n).astype(np.float32) * 1000
+    for dtype in FORMATS:
+        out = checks.poison((n,), STORAGE[dtype])
+        launch_checked(f"to_16bit of {n} elements", partial(convert_module().to_16bit, backend.asarray(x), out,
+                                                             dtype))
+        want = half_reference(x) if dtype == "float16" else bfloat16_reference(x)
+        checks.assert_bitwise_equal(checks.to_host(out).view(np.uint16), want,
+                                    what=f"to_16bit(x, out, {dtype!r}) of {n} elements (bits)")
+        back = checks.poison((n,))
+        launch_checked(f"from_16bit of {n} elements", partial(convert_module().from_16bit, out, back, dtype))
+        checks.assert_bitwise_equal(back, widen_host(want, dtype).astype(np.float32),
+                                    what=f"from_16bit(x, out, {dtype!r}) of {n} elements")
+
+
+@pytest.mark.hint("convert.py checks its arguments, and names what it expected and what it got, before launching")
+def test_conversion_launcher_rejects_bad_arguments():
+    cv = convert_module()
+    x = backend.asarray(np.ones((3, 4), np.float32))
+    checks.expect_error("to_16bit with an unknown format", lambda: cv.to_16bit(x, backend.empty((3, 4), np.uint16),
+                                                                               "float8"), ValueError, "float8")
+    checks.expect_error("to_16bit into a float16 array for bfloat16",
+                        lambda: cv.to_16bit(x, backend.empty((3, 4), np.float16), "bfloat16"), TypeError,
+                        "uint16", "float16")
+    checks.expect_error("to_16bit into a uint16 array for float16",
+                        lambda: cv.to_16bit(x, backend.empty((3, 4), np.uint16), "float16"), TypeError,
+                        "float16", "uint16")
+    checks.expect_error("to_16bit of a float64 array",
+                        lambda: cv.to_16bit(backend.asarray(np.ones((3, 4))), backend.empty((3, 4), np.uint16),
+                                            "bfloat16"), TypeError, "float64")
+    checks.expect_error("to_16bit into an array of another shape",
+                        lambda: cv.to_16bit(x, backend.empty((4, 3), np.uint16), "bfloat16"), ValueError,
+                        "(4, 3)", "(3, 4)")
+    checks.expect_error("to_16bit of a NumPy array",
+                        lambda: cv.to_16bit(np.ones((3, 4), np.float32), backend.empty((3, 4), np.uint16),
+                                            "bfloat16"), TypeError, "numpy")
+    checks.expect_error("from_16bit into a float16 array",
+                        lambda: cv.from_16bit(backend.empty((3, 4), np.uint16), backend.empty((3, 4), np.float16),
+                                              "bfloat16"), TypeError, "float32", "float16")
+
+
+@pytest.mark.kernel("convert.cu", "float_to_bfloat16")
+@pytest.mark.hint("the launcher launches your kernels and lets them write the result: nothing computed on the host")
+def test_conversions_come_from_your_kernels():
+    cv = convert_module()
+    x_host = checks.rng("replay convert").standard_normal((33, 17)).astype(np.float32)
+    for dtype in FORMATS:
+        x, out = backend.asarray(x_host), checks.poison((33, 17), STORAGE[dtype])
+        # the kernels get the 16-bit arrays as their bits (uint16): compare those
+        checks.assert_computed_on_device(f"to_16bit(x, out, {dtype!r})", partial(cv.to_16bit, x, out, dtype),
+                                         inputs=(x,), outputs=(out.view(np.uint16),), rtol=0, atol=0)
+        back = checks.poison((33, 17))
+        checks.assert_computed_on_device(f"from_16bit(x, out, {dtype!r})", partial(cv.from_16bit, out, back, dtype),
+                                         inputs=(out,), outputs=(back,), rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- the HGEMM ladder
+
+
+def operands(m: int, k: int, n: int, dtype: str, ta: bool, tb: bool, *salt: object) -> tuple[np.ndarray, ...]:
+    """Host 16-bit A and B as stored (A (M, K) or, with ta, (K, M); B (K, N) or, with tb, (N, K)), and op(A),
+    op(B) in float64."""
+    r = checks.rng("hgemm", m, k, n, dtype, ta, tb, *salt)
+    a16 = to_16bit_host(r.uniform(-1, 1, (m, k)).astype(np.float32), dtype)
+    b16 = to_16bit_host(r.uniform(-1, 1, (k, n)).astype(np.float32), dtype)
+    a64, b64 = widen_host(a16, dtype), widen_host(b16, dtype)
+    stored_a = np.ascontiguousarray(a16.T) if ta else a16
+    stored_b = np.ascontiguousarray(b16.T) if tb else b16
+    return stored_a, stored_b, a64, b64
+
+
+def assert_hgemm_close(got_dev: Any, a64: np.ndarray, b64: np.ndarray, dtype: str, out16: bool, what: str) -> None:
+    got_raw = checks.to_host(got_dev)
+    got = widen_host(got_raw, dtype) if out16 else got_raw.astype(np.float64)
+    expected = a64 @ b64
+    if got.shape != expected.shape:
+        raise GradeError(f"{what}: shape {got.shape}, expected {expected.shape}")
+    bound = hgemm_bound(a64, b64, dtype, out16)
+    err = np.abs(got - expected)
+    bad = ~(err <= bound)  # NaN is bad
+    if not bad.any():
+        return
+    r, c = (int(i) for i in np.argwhere(bad)[0])
+    k = a64.shape[1]
+    lines = [f"{what}: {int(bad.sum())} of {expected.size} values differ from op(A)·op(B) (float64, of the same "
+             f"16-bit inputs) by more than the bound of a float32 accumulation of K = {k} products"
+             + (" and one rounding to 16 bits" if out16 else ""),
+             f"  first bad element C[{r}][{c}]: expected {float(expected[r, c])!r}, got {float(got[r, c])!r}, "
+             f"error {float(err[r, c]):.3g}, bound {float(bound[r, c]):.3g}"]
+    finite = np.isfinite(err) & bad
+    if finite.any() and float((err[finite] / bound[finite]).max()) < 64 and k >= 256:
+        lines.append("  the errors are small but past the bound, and grow with K: is the accumulator float32? (an "
+                     "fp16 accumulator rounds every partial sum to 11 bits)")
+    unwritten = int(np.isnan(got).sum())
+    if unwritten:
+        lines.append(f"  {unwritten} elements are NaN: never written (the output was poisoned), or computed from "
+                     f"an unwritten or unloaded tile: does the grid cover all of C, and does every edge tile store "
+                     f"what lies inside C?")
+    rows_bad, cols_bad = np.flatnonzero(bad.any(axis=1)), np.flatnonzero(bad.any(axis=0))
+    m, n = expected.shape
+    if bad.sum() < bad.size and (rows_bad.min() > 0 or cols_bad.min() > 0):
+        lines.append(f"  the wrong values are in rows {rows_bad.min()}..{rows_bad.max()} and columns "
+                     f"{cols_bad.min()}..{cols_bad.max()} of a {m} x {n} output: an edge tile? (loads outside A or "
+                     f"B read 0, stores outside C are skipped: M, N and K need not be multiples of a tile)")
+    raise GradeError("\n".join(lines))
+
+
+def run_hgemm(variant: str, m: int, k: int, n: int, dtype: str, ta: bool, tb: bool, out16: bool,
+              salt: object = "") -> None:
+    """hgemm() of fresh 16-bit operands into a poisoned output (on a GPU with a poisoned guard past its end):
+    the rung's kernel must run, the result be within the bound, the operands unchanged and nothing written
+    past C."""
+    stored_a, stored_b, a64, b64 = operands(m, k, n, dtype, ta, tb, variant, salt)
+    a, b = backend.asarray(stored_a), backend.asarray(stored_b)
+    out_dtype = STORAGE[dtype] if out16 else np.dtype(np.float32)
+    guard_n = 64 if ON_GPU else 0  # the emulator faults on a write past an array by itself
+    whole = checks.poison((m * n + guard_n,), out_dtype)
+    out = whole[: m * n].reshape(m, n) if guard_n else whole.reshape(m, n)
+    what = (f"hgemm(variant={variant!r}, dtype={dtype!r}) of op(A) {m} x {k} @ op(B) {k} x {n} into "
+            f"{out_dtype}" + (", A stored K x M" if ta else "") + (", B stored N x K" if tb else ""))
+    checks.reset_launches()
+    checks.run_without_host_transfers(what, lambda: hgemm_module().hgemm(a, b, out, dtype, variant,
+                                                                          transpose_a=ta, transpose_b=tb))
+    kernel = RUNGS.get(variant)
+    if kernel and launches_of("hgemm.cu", kernel) == 0:
+        raise GradeError(f"{what}: no launch of `{kernel}` from hgemm.cu was recorded: the result was computed "
+                         f"without that kernel")
+    if not kernel and not any(launches_of("hgemm.cu", name) for name in RUNGS.values()):
+        raise GradeError(f"{what}: no launch of a kernel of hgemm.cu was recorded")
+    assert_hgemm_close(out, a64, b64, dtype, out16, what)
+    if guard_n:
+        tail = checks.to_host(whole)[m * n:]
+        untouched = checks.is_poison(tail) if out_dtype == np.float32 else tail.view(np.uint16) == 0xFFFF
+        if not untouched.all():
+            raise GradeError(f"{what}: wrote past the end of C (the elements after it changed)")
+    checks.assert_bitwise_equal(a, stored_a, what=f"{what}: A after the call (must not change)")
+    checks.assert_bitwise_equal(b, stored_b, what=f"{what}: B after the call (must not change)")
+
+
+@pytest.mark.parametrize("m, k, n", SHAPES, ids=lambda v: str(v))
+@pytest.mark.parametrize("variant", [rung(v) for v in RUNGS])
+@pytest.mark.hint("every rung must be right at every size, in both formats, with both outputs and all four "
+                  "layouts: loads outside A or B read 0, stores outside C are skipped, the grid covers all of C")
+def test_rung_values(variant, m, k, n):
+    for dtype in FORMATS:
+        for out16 in (False, True):
+            for ta, tb in LAYOUTS:
+                run_hgemm(variant, m, k, n, dtype, ta, tb, out16)
+
+
+@pytest.mark.kernel("hgemm.cu", "hgemm_5_pipeline")
+@pytest.mark.parametrize("m, k, n", [(40, 70, 24), (129, 33, 65)], ids=str)
+@pytest.mark.hint("variant='best' runs your fastest rung, right at every size")
+def test_best_values(m, k, n):
+    for dtype in FORMATS:
+        for ta, tb in LAYOUTS:
+            run_hgemm("best", m, k, n, dtype, ta, tb, out16=dtype == "bfloat16")
+
+
+@pytest.mark.parametrize("variant", [rung(v) for v in RUNGS])
+@pytest.mark.hint("with K = 0, C is a sum of no products: every element must be written as 0; an empty C "
+                  "needs no launch (a grid dimension of 0 is an invalid launch)")
+def test_empty_products(variant):
+    hg = hgemm_module()
+    for dtype in FORMATS:
+        out = checks.poison((5, 7))
+        launch_checked(f"hgemm(variant={variant!r}) of (5 x 0) @ (0 x 7)", partial(
+            hg.hgemm, backend.empty((5, 0), STORAGE[dtype]), backend.empty((0, 7), STORAGE[dtype]), out, dtype,
+            variant))
+        checks.assert_close(out, np.zeros((5, 7)), rtol=0, what=f"hgemm(variant={variant!r}) with K = 0")
+        for m, n in ((0, 3), (3, 0)):
+            hg.hgemm(backend.empty((m, 4), STORAGE[dtype]), backend.empty((4, n), STORAGE[dtype]),
+                     backend.empty((m, n)), dtype, variant)
+
+
+@pytest.mark.parametrize("variant", [rung(v) for v in RUNGS if v != "wmma"])
+@pytest.mark.hint("a barrier between the copies into shared memory and their reads, and another before they are "
+                  "overwritten; with cp.async, cp.async.wait_group before that barrier (check mode names the "
+                  "race and its lines)", on="fault")
+def test_rung_has_no_shared_memory_race(variant):
+    if backend.get_device() != "emu":
+        pytest.skip("races are found by the emulator's check mode (grader check phase8a --device emu)")
+    from minitorch import emu
+
+    with emu.check_mode():
+        run_hgemm(variant, 40, 72, 136, "float16", False, False, False, salt="race")  # 16-byte copies
+        run_hgemm(variant, 33, 40, 17, "bfloat16", True, True, True, salt="race")  # element by element
+
+
+# ---------------------------------------------------------------- the launcher
+
+
+@pytest.mark.hint("hgemm.py checks its arguments, and names what it expected and what it got, before launching")
+def test_hgemm_launcher_rejects_bad_arguments():
+    hg = hgemm_module()
+    f16 = np.dtype(np.float16)
+    a, b = backend.asarray(np.ones((3, 4), f16)), backend.asarray(np.ones((4, 2), f16))
+    out = backend.empty((3, 2))
+    checks.expect_error("hgemm (3, 4) @ (5, 2)", lambda: hg.hgemm(a, backend.empty((5, 2), f16), out, "float16"),
+                        ValueError, "(3, 4)", "(5, 2)")
+    checks.expect_error("hgemm (3, 4) @ (4, 2) into (2, 3)",
+                        lambda: hg.hgemm(a, b, backend.empty((2, 3)), "float16"), ValueError, "(2, 3)", "(3, 2)")
+    checks.expect_error("hgemm with transpose_a: a (3, 4) is K x M, so b needs 3 rows",
+                        lambda: hg.hgemm(a, b, backend.empty((4, 2)), "float16", transpose_a=True), ValueError,
+                        "(4, 2)")
+    checks.expect_error("hgemm of float16 arrays said to be bfloat16", lambda: hg.hgemm(a, b, out, "bfloat16"),
+                        TypeError, "uint16", "float16")
+    checks.expect_error("hgemm of float32 arrays",
+                        lambda: hg.hgemm(backend.asarray(np.ones((3, 4), np.float32)), b, out, "float16"),
+                        TypeError, "float32")
+    checks.expect_error("hgemm into a float64 output",
+                        lambda: hg.hgemm(a, b, backend.asarray(np.ones((3, 2))), "float16"), TypeError, "float64")
+    checks.expect_error("hgemm with an unknown format", lambda: hg.hgemm(a, b, out, "float8"), ValueError, "float8")
+    checks.expect_error("hgemm with an unknown variant", lambda: hg.hgemm(a, b, out, "float16", "fastest"),
+                        ValueError, "fastest")
+    checks.expect_error("hgemm with a NumPy b", lambda: hg.hgemm(a, np.ones((4, 2), f16), out, "float16"),
+                        TypeError, "numpy")
+    checks.expect_error("hgemm with a 1-D b", lambda: hg.hgemm(a, backend.empty(4, f16), out, "float16"),
+                        ValueError, "(4,)")
+
+
+def _has_sm90() -> bool:
+    if not ON_GPU:
+        return False
+    import cupy
+
+    return cupy.cuda.Device().compute_capability == "90"
+
+
+@pytest.mark.hint("rung 6 (wgmma) runs only on an sm_90 GPU; elsewhere hgemm(..., variant='wgmma') raises "
+                  "NotImplementedError saying so")
+def test_wgmma_needs_an_sm90_gpu():
+    if _has_sm90():
+        pytest.skip("rung 6 (wgmma + TMA) is not among the graded files: not measured")
+    hg = hgemm_module()
+    a = backend.asarray(np.ones((16, 16), np.float16))
+    checks.expect_error("hgemm(variant='wgmma') without an sm_90 GPU",
+                        lambda: hg.hgemm(a, a, backend.empty((16, 16)), "float16", "wgmma"), NotImplementedError,
+                        "sm_90")
+
+
+@pytest.mark.kernel("hgemm.cu", "hgemm_5_pipeline")
+@pytest.mark.hint("the launcher launches your kernels and lets them write C: nothing computed on the host (no "
+                  "cupy.matmul, no NumPy)")
+def test_results_come_from_your_kernels():
+    hg = hgemm_module()
+    for dtype, (ta, tb) in zip(FORMATS * 2, LAYOUTS, strict=True):
+        stored_a, stored_b, _, _ = operands(67, 33, 70, dtype, ta, tb, "replay")
+        a, b, out = backend.asarray(stored_a), backend.asarray(stored_b), checks.poison((67, 70))
+        call = partial(hg.hgemm, a, b, out, dtype, "best", transpose_a=ta, transpose_b=tb)
+        checks.assert_computed_on_device(f"hgemm(variant='best', dtype={dtype!r}, transpose_a={ta}, "
+                                         f"transpose_b={tb})", call, inputs=(a, b), outputs=(out,))
+
+
+# ---------------------------------------------------------------- performance (GPU only)
+
+
+def _gpu():
+    if not checks.gpu_available():
+        pytest.skip("not measured (no GPU)")
+    import cupy
+
+    return cupy
+
+
+def _cublas(cupy, size: int, dtype: str) -> tuple[Any, str]:
+    """cuBLAS on the same dtypes, as a zero-argument call: torch.matmul when PyTorch imports, else cupy.matmul
+    for fp16; skips bf16 without PyTorch (CuPy has no bf16)."""
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        tdt = {"bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+        x = torch.empty((size, size), dtype=tdt, device="cuda").uniform_(-1, 1)
+        y = torch.empty((size, size), dtype=tdt, device="cuda").uniform_(-1, 1)
+        z = torch.empty((size, size), dtype=tdt, device="cuda")
+        return (lambda: torch.matmul(x, y, out=z)), f"torch.matmul ({dtype}, cuBLAS)"
+    if dtype == "float16":
+        x = cupy.random.RandomState(5).uniform(-1, 1, (size, size), dtype=np.float32).astype(np.float16)
+        z = cupy.empty((size, size), np.float16)
+        return (lambda: cupy.matmul(x, x, out=z)), "cupy.matmul (float16, cuBLAS)"
+    pytest.skip("bf16 not measured: PyTorch is not installed and CuPy has no bfloat16 matmul")
+
+
+def _device_operands(cupy, size: int, dtype: str) -> tuple[Any, Any]:
+    x = cupy.random.RandomState(3).uniform(-1, 1, (size, size), dtype=np.float32)
+    if dtype == "float16":
+        return x.astype(np.float16), cupy.empty((size, size), np.float16)
+    bits = x.view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    return rounded, cupy.empty((size, size), np.uint16)
+
+
+@pytest.mark.perf
+@pytest.mark.parametrize("dtype", FORMATS)
+@pytest.mark.parametrize("variant", [rung(v) for v in RUNGS] + [pytest.param("best", id="best")])
+@pytest.mark.hint("see the chapter's ladder: what does this rung change in how the data reaches the tensor cores?")
+def test_perf_rung_against_cublas(variant, dtype, record_property):
+    cupy = _gpu()
+    size = 4096
+    reference, name = _cublas(cupy, size, dtype)
+    a, out = _device_operands(cupy, size, dtype)
+    hg = hgemm_module()
+    run_hgemm(variant, 129, 72, 136, dtype, False, False, True, salt="perf")  # right before it is fast
+    key = f"phase8a.{variant}_4096"
+    try:
+        checks.threshold(key)
+    except KeyError:
+        key = "phase8a.reported_only"
+    checks.perf_ratio(f"{variant} ({dtype}) at {size}^3", lambda: hg.hgemm(a, a, out, dtype, variant), reference,
+                      2 * size ** 3, key, record_property, unit="GFLOP/s", reference_name=name)
+
+
+@pytest.mark.perf
+@pytest.mark.parametrize("dtype", FORMATS)
+def test_perf_wgmma_reported(dtype, record_property):
+    """Rung 6 is reported, never required; without an sm_90 GPU it is not measured."""
+    _gpu()
+    if not _has_sm90():
+        pytest.skip("not measured: rung 6 (wgmma) needs an sm_90 GPU (H100/H200)")
+    pytest.skip("not measured: rung 6 (wgmma + TMA) is not among the graded files (see the chapter's benchmark)")

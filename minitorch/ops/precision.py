@@ -1,0 +1,103 @@
+"""Precision: conversions between float32 and the 16-bit formats (Phase 8a), and the autocast setting.
+
+``convert(t, dtype)`` rounds float32 to float16 or bfloat16 (nearest even) and widens them back exactly:
+NumPy on cpu (:mod:`minitorch.dtypes`), the learner's ``convert.py`` (``to_16bit``, ``from_16bit``) on
+cuda and emu. Between the two 16-bit formats it goes through float32 (widening is exact, so the result
+is rounded once).
+
+The autocast setting is what :func:`minitorch.amp.autocast` sets and what ``matmul`` reads: it lives
+here, below the ops that read it, so that no op imports ``minitorch.amp`` (which sits beside autograd).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from minitorch import dtypes
+from minitorch.ops.dispatch import cpu_result, empty, launch
+from minitorch.tensor import DTYPE, FLOAT64, HALF, INDEX, Tensor
+
+CONVERT_FILE = "convert.py"
+
+
+def convert(t: Tensor, dtype: Any) -> Tensor:
+    """``t`` in ``dtype`` (float32, float16, bfloat16; float64 on cpu): a new tensor, or ``t`` itself."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"convert: expected a minitorch Tensor, got {type(t).__name__}")
+    try:
+        dt = dtypes.resolve(dtype)
+    except TypeError:
+        dt = None
+    if dt not in (DTYPE, FLOAT64, *HALF):
+        raise TypeError(f"convert: expected float32, float16, bfloat16 or float64, got dtype {dtype!r}")
+    src = t.dtype
+    if dt == src:
+        return t
+    if src == INDEX or dt == INDEX:
+        raise TypeError(f"convert: int32 tensors hold ids and convert to nothing; got {src} -> {dt}")
+    if t.device == "cpu":
+        return _convert_cpu(t, dt)
+    if dt == FLOAT64:
+        raise TypeError(f"convert: float64 tensors live on the 'cpu' device only, this one is on {t.device!r}")
+    if src in HALF and dt in HALF:
+        return convert(convert(t, DTYPE), dt)
+    if src in HALF:  # widen: exact
+        out = empty(t.device, t.shape, DTYPE)
+        if t.size:
+            launch(t.device, CONVERT_FILE, "from_16bit", t.data, out, outputs=(1,), dtype=src.name)
+        return Tensor(out, t.device)
+    out = empty(t.device, t.shape, dtypes.storage(dt))
+    if t.size:
+        launch(t.device, CONVERT_FILE, "to_16bit", t.data, out, outputs=(1,), dtype=dt.name)
+    return Tensor(out, t.device)
+
+
+def _convert_cpu(t: Tensor, dt: Any) -> Tensor:
+    values = t.numpy()  # a bfloat16 tensor's float32 values (exact)
+    if dt in HALF:
+        if values.dtype == FLOAT64:  # through float32, as on the devices (the kernels convert float32)
+            values = values.astype(DTYPE)
+        return Tensor(np.ascontiguousarray(dtypes.float32_to_16bit(values.astype(DTYPE), dt)), "cpu")
+    return cpu_result(values, dt)
+
+
+def via_float32(op: Callable[..., Tensor], *args: Any, **kwargs: Any) -> Tensor:
+    """Run a float32 op on 16-bit tensors (of one dtype, checked by the caller): widen each tensor
+    argument (exact), compute in float32, round the result back once to their dtype. What elementwise
+    ops do with float16/bfloat16 inputs."""
+    dtype = next(a.dtype for a in args if isinstance(a, Tensor))
+    widened = [convert(a, DTYPE) if isinstance(a, Tensor) else a for a in args]
+    return convert(op(*widened, **kwargs), dtype)
+
+
+def is_half(*tensors: Any) -> bool:
+    """Whether any of these is a 16-bit tensor (the op then goes through :func:`via_float32`)."""
+    for t in tensors:
+        if isinstance(t, Tensor) and t.dtype in HALF:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- autocast setting
+
+_state = threading.local()
+
+
+def autocast_dtype() -> Any:
+    """The 16-bit dtype float32 products run in now (inside ``minitorch.amp.autocast``), else None."""
+    return getattr(_state, "dtype", None)
+
+
+def set_autocast_dtype(dtype: Any) -> Any:
+    """Set the autocast dtype (float16, bfloat16 or None); returns the previous one. For minitorch.amp."""
+    if dtype is not None:
+        dtype = dtypes.resolve(dtype)
+        if dtype not in HALF:
+            raise ValueError(f"autocast runs products in float16 or bfloat16, got {dtype}")
+    previous = autocast_dtype()
+    _state.dtype = dtype
+    return previous

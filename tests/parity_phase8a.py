@@ -1,0 +1,116 @@
+"""Parity cases of Phase 8a's kernels (convert.cu, hgemm.cu), for tests/test_parity.py.
+
+The conversions are integer operations on bits: float32 patterns of every class (and every 16-bit pattern on the
+way back) give the same bits on a GPU and on the emulator, and equal NumPy's rounding (NaNs compared as "a NaN of
+this sign"). The HGEMM rungs multiply small integers (|a|, |b| <= 8, K < 100): every product and every partial
+sum is an integer below 2^24, exact in float32 in any order, so the tensor cores' grouping of the additions
+changes nothing and the float32 result is the float64 product; a 16-bit output is that integer rounded once to
+nearest even.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from minitorch import backend, kernels
+
+NOTEBOOKS = ("phase8a_tensor_cores.ipynb",)
+FORMATS = ("bfloat16", "float16")
+STORAGE = {"float16": np.float16, "bfloat16": np.uint16}
+HGEMM_RUNGS = {"hgemm_1_wmma": "wmma", "hgemm_2_wmma_shared": "wmma_shared", "hgemm_3_mma": "mma",
+               "hgemm_4_swizzle": "swizzle", "hgemm_5_pipeline": "pipeline"}
+
+
+def _patterns(n: int, rng: np.random.Generator) -> np.ndarray:
+    """n float32 bit patterns: the specials and the rounding edges first, then random ones."""
+    edges = np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00001, 0x477FF000, 0x477FEFFF,
+                      0x33000000, 0x33000001, 0x387FE000, 0x00000001, 0x3F801000, 0x3F803000, 0x3F808000,
+                      0x3F818000, 0x7F7FFFFF], np.uint32)
+    rand = rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+    return np.concatenate([edges, rand])[:n]
+
+
+def _canonical(bits: np.ndarray, exponent: int, fraction: int, sign: int) -> np.ndarray:
+    """Bit patterns as float64 numbers, every NaN replaced by one NaN pattern of its sign."""
+    bits = bits.astype(np.uint64)
+    nan = ((bits & exponent) == exponent) & ((bits & fraction) != 0)
+    return np.where(nan, (bits & sign) | exponent | (fraction + 1) // 2, bits).astype(np.float64)
+
+
+def _bf16_round(x: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bits, to nearest even (finite x)."""
+    b = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _to_16bit(dtype: str) -> Callable:
+    def case(n: int, rng: np.random.Generator):
+        bits = _patterns(n, rng)
+        x = bits.view(np.float32)
+        out = backend.asarray(np.full(n, 0xFFFF, np.uint16).view(STORAGE[dtype]))
+        kernels.load_module("convert.py").to_16bit(backend.asarray(x), out, dtype)
+        got = backend.asnumpy(out).view(np.uint16)
+        with np.errstate(over="ignore", invalid="ignore"):
+            # bf16: inf keeps its bits; a NaN stays a NaN (its payload may lie in the dropped bits)
+            want = x.astype(np.float16).view(np.uint16) if dtype == "float16" else np.select(
+                [np.isnan(x), np.isinf(x)], [(bits >> 16) | 0x40, bits >> 16],
+                _bf16_round(np.where(np.isfinite(x), x, 0))).astype(np.uint16)
+        layout = (0x7C00, 0x3FF) if dtype == "float16" else (0x7F80, 0x7F)
+        return _canonical(got, *layout, 0x8000), _canonical(want, *layout, 0x8000)
+    return case
+
+
+def _from_16bit(dtype: str) -> Callable:
+    def case(n: int, rng: np.random.Generator):
+        every = (np.arange(n, dtype=np.uint64) * 40503 % 65536).astype(np.uint16)  # n of the 65536 patterns
+        x = every.view(np.float16) if dtype == "float16" else every
+        out = backend.asarray(np.full(n, np.nan, np.float32))
+        kernels.load_module("convert.py").from_16bit(backend.asarray(x), out, dtype)
+        want = every.view(np.float16).astype(np.float32) if dtype == "float16" else (
+            every.astype(np.uint32) << 16).view(np.float32)
+        got = backend.asnumpy(out)
+        return (_canonical(got.view(np.uint32), 0x7F800000, 0x7FFFFF, 0x80000000),
+                _canonical(want.view(np.uint32), 0x7F800000, 0x7FFFFF, 0x80000000))
+    return case
+
+
+def _hgemm(variant: str) -> Callable:
+    """A rung through hgemm.py, all four layouts; the format alternates with n, the output with the layout."""
+    def case(n: int, rng: np.random.Generator):
+        hg = kernels.load_module("hgemm.py")
+        dtype = FORMATS[n % 2]
+        m, k, cols = (n * 7) % 150 + 1, n % 97 + 1, (n * 13) % 140 + 1
+        got, expected = [], []
+        for ta, tb in ((False, False), (True, False), (False, True), (True, True)):
+            a = rng.integers(-8, 9, (m, k)).astype(np.float32)
+            b = rng.integers(-8, 9, (k, cols)).astype(np.float32)
+            a16, b16 = ((a.astype(np.float16), b.astype(np.float16)) if dtype == "float16"
+                        else (_bf16_round(a), _bf16_round(b)))
+            out16 = ta != tb
+            out = backend.asarray(np.full((m, cols), 0xFFFF, np.uint16).view(STORAGE[dtype]) if out16
+                                  else np.full((m, cols), np.nan, np.float32))
+            hg.hgemm(backend.asarray(np.ascontiguousarray(a16.T) if ta else a16),
+                     backend.asarray(np.ascontiguousarray(b16.T) if tb else b16), out, dtype, variant,
+                     transpose_a=ta, transpose_b=tb)
+            exact = a.astype(np.float64) @ b.astype(np.float64)
+            c = backend.asnumpy(out)
+            if out16:
+                c = c.astype(np.float64) if dtype == "float16" else (
+                    c.view(np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+                exact = (exact.astype(np.float16).astype(np.float64) if dtype == "float16" else
+                         (_bf16_round(exact.astype(np.float32)).astype(np.uint32) << 16).view(np.float32))
+            got.append(np.asarray(c, np.float64).ravel())
+            expected.append(np.asarray(exact, np.float64).ravel())
+        return np.concatenate(got), np.concatenate(expected)
+    return case
+
+
+PHASE8A_CASES: dict[tuple[str, str], Callable] = {
+    ("convert.cu", "float_to_half"): _to_16bit("float16"),
+    ("convert.cu", "float_to_bfloat16"): _to_16bit("bfloat16"),
+    ("convert.cu", "half_to_float"): _from_16bit("float16"),
+    ("convert.cu", "bfloat16_to_float"): _from_16bit("bfloat16"),
+    **{("hgemm.cu", kernel): _hgemm(variant) for kernel, variant in HGEMM_RUNGS.items()},
+}

@@ -1,0 +1,104 @@
+"""The framework's 16-bit tensors and autocast on the Phase 8a lab's own solution files (convert.cu/.py,
+hgemm.cu/.py from solutions/phase8a_tensor_cores.ipynb), not the stand-ins of test_half.py: the
+conversions bit for bit against the float64 reference, 16-bit and autocast products at sizes no tile
+divides, and a short bf16 autocast training run against fp32. Emu at small sizes; cuda under -m gpu."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import minitorch
+from minitorch import amp, kernels, ops
+from tests.half_support import assert_same_bits, float32_patterns, reference_bits
+from tests.phase3_support import PHASE3_NOTEBOOKS, write_solutions
+
+NOTEBOOK = "phase8a_tensor_cores.ipynb"
+pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")]
+
+
+@pytest.fixture(params=["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request, workspace, monkeypatch):
+    write_solutions(workspace, PHASE3_NOTEBOOKS + ("phase4_reductions.ipynb", NOTEBOOK))
+    monkeypatch.delenv("MINITORCH_PHASE", raising=False)
+    previous = minitorch.get_device()
+    minitorch.set_device(request.param)
+    yield request.param
+    minitorch.set_device(previous)
+
+
+def _launched(file: str) -> bool:
+    return any(n for (f, _), n in kernels.launch_counts().items() if f == file)
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+def test_the_labs_conversions_serve_the_tensors(device, fmt):
+    x = float32_patterns(seed=11)
+    kernels.reset_launch_counts()
+    t = minitorch.tensor(x, device).to(fmt)
+    assert_same_bits(t.bits(), x, fmt)
+    assert _launched("convert.cu")
+    every = np.arange(2 ** 16, dtype=np.uint16)
+    wide = minitorch.from_bits(every, fmt, device).float().numpy()
+    expected = (every.view(np.float16).astype(np.float32) if fmt == "float16"
+                else (every.astype(np.uint32) << np.uint32(16)).view(np.float32))
+    nan = np.isnan(expected)
+    assert np.array_equal(np.isnan(wide), nan) and np.array_equal(wide[~nan].view(np.uint32),
+                                                                  expected[~nan].view(np.uint32))
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+@pytest.mark.parametrize(("ta", "tb"), [(False, False), (True, False), (False, True)])
+def test_the_labs_hgemm_serves_matmul_and_autocast(device, fmt, ta, tb):
+    m, n, k = (37, 29, 45) if device == "emu" else (300, 260, 520)
+    rng = np.random.default_rng(12)
+    a32 = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    b32 = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    a, b = minitorch.tensor(a32, device), minitorch.tensor(b32, device)
+
+    def rounded(v: np.ndarray) -> np.ndarray:
+        bits = reference_bits(v, fmt)
+        return (bits.view(np.float16).astype(np.float64) if fmt == "float16"
+                else (bits.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64))
+
+    ar, br = rounded(a32), rounded(b32)
+    ar, br = (ar.T if ta else ar), (br.T if tb else br)
+    exact, scale = ar @ br, np.abs(ar) @ np.abs(br)
+    kernels.reset_launch_counts()
+    with amp.autocast(fmt):
+        c = ops.matmul(a, b, transpose_a=ta, transpose_b=tb)
+    assert c.dtype == minitorch.float32 and _launched("hgemm.cu")
+    # the grader's bound (2·K·2⁻²⁴·Σ|a||b|): it holds whatever order and width the tensor cores add in
+    bound = 2 * k * 2.0 ** -24 * scale
+    assert np.all(np.abs(c.numpy() - exact) <= bound + 1e-30)
+    c16 = ops.matmul(a.to(fmt), b.to(fmt), transpose_a=ta, transpose_b=tb)  # 16-bit out: one more rounding
+    assert c16.dtype == fmt
+    ulp = 2.0 ** (-10 if fmt == "float16" else -7)
+    assert np.all(np.abs(c16.numpy().astype(np.float64) - exact) <= ulp * np.abs(exact) + bound + 1e-30)
+
+
+def test_a_bf16_autocast_run_follows_the_fp32_run(device):
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((48, 6)).astype(np.float32)
+    y = np.tanh(x @ rng.standard_normal((6, 2))).astype(np.float32)
+    runs = []
+    for enabled in (False, True):
+        model = minitorch.nn.Sequential(minitorch.nn.Linear(6, 24, seed=1), minitorch.nn.ReLU(),
+                                        minitorch.nn.Linear(24, 2, seed=2))
+        opt = minitorch.optim.SGD(model.parameters(), lr=0.1)
+        xt, yt = minitorch.tensor(x, device), minitorch.tensor(y, device)
+        losses = []
+        for _ in range(40):
+            with amp.autocast("bfloat16", enabled=enabled):
+                loss = minitorch.functional.mse_loss(model(xt), yt)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        runs.append(np.array(losses))
+    fp32, bf16 = runs
+    decrease = fp32[0] - fp32[-1]
+    assert decrease > 0.3 * fp32[0]
+    assert np.max(np.abs(bf16 - fp32)) <= 0.01 * decrease  # as test_amp's MLP (measured there: 0.11%)
+    assert np.any(bf16 != fp32)
