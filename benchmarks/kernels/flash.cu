@@ -31,6 +31,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#ifndef INFINITY  // NVRTC has no <cmath>
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
 typedef __nv_bfloat16 bf16;
 typedef __half fp16;
 typedef unsigned short u16;
