@@ -1,4 +1,4 @@
-"""Phase 8b benchmark: the FlashAttention-2 ladder (forward rungs 1-5 and the backward) against PyTorch's SDPA.
+"""Phase 8b benchmark: the FlashAttention-2 ladder (forward rungs 1-6 and the backward) against PyTorch's SDPA.
 
 The kernels are ``benchmarks/kernels/flash.cu``, compiled by CuPy's RawModule (NVRTC, one module a rung, in
 parallel) and launched through the driver on torch's stream (``phase8a_hgemm.Driver``). Inputs and outputs are
@@ -44,62 +44,69 @@ from common import ROOT, gpu_name, time_gpu, write_results
 
 KERNELS = ROOT / "benchmarks" / "kernels"
 SOURCE = KERNELS / "flash.cu"
-RUNG_NAMES = {1: "scalar", 2: "mma", 3: "mma_ldmatrix_swizzled", 4: "mma_cp_async", 5: "mma_tuned"}
+RUNG_NAMES = {1: "scalar", 2: "mma", 3: "mma_ldmatrix_swizzled", 4: "mma_cp_async", 5: "mma_tuned",
+              6: "mma_lean_softmax"}
 CTYPE = {"bf16": "bf16", "fp16": "fp16"}
 UNIT = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
 BOUND_C = 3.0
 LSE_TOL = 1e-5
 LOG2E = 1.4426950408889634
 
-# forward mma rungs: (WARPS, MT, BC, LAYOUT, LDM, STAGES, LONGEST_FIRST)
-FWD_MMA = {2: (4, 1, 64, "PLAIN", False, 1, False),
-           3: (4, 1, 64, "SWIZZLED", True, 1, False),
-           4: (4, 1, 64, "SWIZZLED", True, 2, False)}
-# rung 5 candidates (WARPS, MT, BC), swizzled + ldmatrix + double-buffered + longest first; the first is
-# the default, Flash.tune() times them at the benchmark size and keeps the fastest for each head dim
-RUNG5_CANDIDATES = {64: [(4, 2, 64), (8, 1, 64), (4, 1, 128)], 128: [(8, 1, 64), (4, 2, 64), (4, 1, 128)]}
-# backward: (WARPS, BR) by head dim (BC = 16 WARPS keys a block)
-BWD = {64: (4, 64), 128: (4, 32)}
+RUNGS = tuple(RUNG_NAMES)
+# forward mma rungs: (WARPS, MT, BC, LAYOUT, LDM, STAGES, LONGEST_FIRST, LEAN)
+FWD_MMA = {2: (4, 1, 64, "PLAIN", False, 1, False, False),
+           3: (4, 1, 64, "SWIZZLED", True, 1, False, False),
+           4: (4, 1, 64, "SWIZZLED", True, 2, False, False)}
+TUNED = (5, 6)  # rungs whose tiles are chosen on the card
+# rung 5 and 6 candidates (WARPS, MT, BC), swizzled + ldmatrix + double-buffered + longest first (+ the lean
+# softmax in rung 6); the first is the default, Flash.tune() times them at the benchmark size and keeps the
+# fastest for each rung and head dim
+RUNG5_CANDIDATES = {64: [(4, 2, 64), (8, 1, 64), (4, 1, 128), (8, 2, 64)],
+                    128: [(8, 1, 64), (4, 2, 64), (4, 1, 128), (8, 1, 128)]}
+# backward candidates (WARPS, BR) by head dim (BC = 16 WARPS keys a block, BR query rows a step); the first is
+# the default, Flash.tune() keeps the fastest
+BWD_CANDIDATES = {64: [(4, 64), (8, 64), (4, 128)], 128: [(4, 32), (8, 32), (4, 64)]}
 SHAPES = [(16, 16, 4096, 128), (16, 32, 4096, 64)]
 
 
-def fwd_config(rung: int, d: int, rung5: tuple | None = None) -> tuple:
+def fwd_config(rung: int, d: int, tiles: tuple | None = None) -> tuple:
     if rung in FWD_MMA:
         return FWD_MMA[rung]
-    w, mt, bc = rung5 or RUNG5_CANDIDATES[d][0]
-    return (w, mt, bc, "SWIZZLED", True, 2, True)
+    w, mt, bc = tiles or RUNG5_CANDIDATES[d][0]
+    return (w, mt, bc, "SWIZZLED", True, 2, True, rung == 6)
 
 
-def fwd_kernel(rung: int, dtype: str, d: int, rung5: tuple | None = None) -> str:
+def fwd_kernel(rung: int, dtype: str, d: int, tiles: tuple | None = None) -> str:
+    """The kernel of forward rung `rung` (rungs 5, 6: with `tiles` = (WARPS, MT, BC), default the first)."""
     t = CTYPE[dtype]
     if rung == 1:
         return f"flash_fwd_1_scalar<{t}, {d}>"
-    w, mt, bc, layout, ldm, stages, longest = fwd_config(rung, d, rung5)
-    return (f"flash_fwd_mma<{t}, {d}, {w}, {mt}, {bc}, {layout}, {str(ldm).lower()}, {stages}, "
-            f"{str(longest).lower()}>")
+    w, mt, bc, layout, ldm, stages, longest, lean = fwd_config(rung, d, tiles)
+    b = lambda x: str(x).lower()  # noqa: E731
+    return f"flash_fwd_mma<{t}, {d}, {w}, {mt}, {bc}, {layout}, {b(ldm)}, {stages}, {b(longest)}, {b(lean)}>"
 
 
-def fwd_geometry(rung: int, d: int, rung5: tuple | None = None) -> tuple[int, int, int]:
+def fwd_geometry(rung: int, d: int, tiles: tuple | None = None) -> tuple[int, int, int]:
     """(query rows a block, threads, dynamic shared memory bytes)."""
     if rung == 1:
         return 64, 64, 0
-    w, mt, bc, _, _, stages, _ = fwd_config(rung, d, rung5)
+    w, mt, bc, _, _, stages, _, _ = fwd_config(rung, d, tiles)
     br = 16 * w * mt
     return br, 32 * w, 2 * d * (br + 2 * stages * bc)
 
 
-def bwd_kernels(dtype: str, d: int) -> tuple[str, str, str]:
+def bwd_kernels(dtype: str, d: int, tiles: tuple | None = None) -> tuple[str, str, str]:
     t = CTYPE[dtype]
-    w, br = BWD[d]
+    w, br = tiles or BWD_CANDIDATES[d][0]
     return (f"flash_bwd_dot_do_o<{t}, {d}>", f"flash_bwd_mma<{t}, {d}, {w}, {br}, SWIZZLED>",
             f"flash_bwd_dq_convert<{t}>")
 
 
-def bwd_geometry(d: int) -> tuple[int, int, int]:
+def bwd_geometry(d: int, tiles: tuple | None = None) -> tuple[int, int, int]:
     """(keys a block, threads, dynamic shared memory bytes) of the main backward kernel."""
-    w, br = BWD[d]
+    w, br = tiles or BWD_CANDIDATES[d][0]
     bc = 16 * w
-    return bc, 32 * w, 2 * (2 * bc * d + 2 * br * d + bc * br) + 8 * br
+    return bc, 32 * w, 2 * (2 * bc * d + 4 * br * d + bc * br) + 16 * br  # Q, dO, lse, Delta double-buffered
 
 
 def flops(bh: int, t: int, d: int, causal: bool, backward: bool = False) -> float:
@@ -172,7 +179,7 @@ def lse_ok(got: np.ndarray, ref: np.ndarray) -> bool:
 class Flash:
     """The compiled kernels and launchers for them (torch tensors on the GPU)."""
 
-    def __init__(self, rungs=(1, 2, 3, 4, 5), dims=(64, 128)):
+    def __init__(self, rungs=RUNGS, dims=(64, 128)):
         import cupy
         import torch
         from phase8a_hgemm import Driver
@@ -182,14 +189,16 @@ class Flash:
         props = torch.cuda.get_device_properties(0)
         arch = f"sm_{props.major}{props.minor}"
         self.driver = Driver()
-        self.rung5 = {d: RUNG5_CANDIDATES[d][0] for d in dims}
+        self.tiles = {r: {d: RUNG5_CANDIDATES[d][0] for d in dims} for r in TUNED}
+        self.bwd_tiles = {d: BWD_CANDIDATES[d][0] for d in dims}
         names: dict[tuple, list[str]] = {}
         for d in dims:
             for dtype in ("bf16", "fp16"):
                 for rung in rungs:
-                    for cand in RUNG5_CANDIDATES[d] if rung == 5 else [None]:
+                    for cand in RUNG5_CANDIDATES[d] if rung in TUNED else [None]:
                         names.setdefault((rung, d, cand), []).append(fwd_kernel(rung, dtype, d, cand))
-                names.setdefault(("bwd", d, None), []).extend(bwd_kernels(dtype, d))
+                for cand in BWD_CANDIDATES[d]:
+                    names.setdefault(("bwd", d, cand), []).extend(bwd_kernels(dtype, d, cand))
         opts = ("--std=c++17", "-lineinfo", "--use_fast_math", f"--gpu-architecture={arch}") + toolkit_include_options()
         code = SOURCE.read_text()
 
@@ -247,9 +256,9 @@ class Flash:
         import ctypes
 
         bh, t, d = q.shape
-        name = fwd_kernel(rung, {"torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(q.dtype)], d,
-                          self.rung5.get(d))
-        br, threads, smem = fwd_geometry(rung, d, self.rung5.get(d))
+        tiles = self.tiles.get(rung, {}).get(d)
+        name = fwd_kernel(rung, {"torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(q.dtype)], d, tiles)
+        br, threads, smem = fwd_geometry(rung, d, tiles)
         args = [ctypes.c_uint64(x.data_ptr()) for x in (q, k, v, o, lse)] + [
             ctypes.c_int(t), ctypes.c_float(LOG2E / math.sqrt(d)), ctypes.c_int(int(causal))]
         return self._launch(name, (math.ceil(t / br), bh), threads, smem, args, (q, k, v, o, lse))
@@ -262,14 +271,14 @@ class Flash:
 
         bh, t, d = q.shape
         dtype = {"torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(q.dtype)]
-        dot, main, conv = bwd_kernels(dtype, d)
+        dot, main, conv = bwd_kernels(dtype, d, self.bwd_tiles[d])
         delta = torch.empty(bh, t, device=q.device)
         dqacc = torch.empty(bh, t, d, device=q.device)
         rows, n = bh * t, bh * t * d
         p = lambda x: ctypes.c_uint64(x.data_ptr())  # noqa: E731
         l1 = self._launch(dot, (math.ceil(rows / 8), 1), 256, 0,
                           [p(o), p(do), p(delta), p(dqacc), ctypes.c_int(rows)], (o, do, delta, dqacc))
-        bc, threads, smem = bwd_geometry(d)
+        bc, threads, smem = bwd_geometry(d, self.bwd_tiles[d])
         l2 = self._launch(main, (math.ceil(t / bc), bh), threads, smem,
                           [p(q), p(k), p(v), p(do), p(lse), p(delta), p(dqacc), p(dk), p(dv), ctypes.c_int(t),
                            ctypes.c_float(LOG2E / math.sqrt(d)), ctypes.c_float(1 / math.sqrt(d)),
@@ -301,7 +310,7 @@ def check_heads(flash: Flash, rung, q, k, v, do, causal, dtype: str, heads, ref:
     bh, t, d = q.shape
     o = torch.full_like(q, float("nan"))
     lse = torch.full((bh, t), float("nan"), device=q.device)
-    fwd_rung = 5 if rung == "bwd" else rung
+    fwd_rung = RUNGS[-1] if rung == "bwd" else rung
     flash.forward(fwd_rung, q, k, v, o, lse, causal)()
     sel = lambda x: x[heads].double().cpu().numpy()  # noqa: E731
     if ref is None:
@@ -395,8 +404,9 @@ def benchmark(flash: Flash, shapes, dtypes, rungs, log, save=lambda rows: None) 
                                 do[heads].double().cpu().numpy())
                 for rung in list(rungs) + ["bwd"]:
                     name = (f"{rung}_{RUNG_NAMES[rung]}" if rung != "bwd" else "bwd")
-                    fwd_name = fwd_kernel(5 if rung == "bwd" else rung, dtype, d, flash.rung5.get(d))
-                    if not flash.has(fwd_name) or (rung == "bwd" and not flash.has(bwd_kernels(dtype, d)[1])):
+                    fr = RUNGS[-1] if rung == "bwd" else rung
+                    fwd_name = fwd_kernel(fr, dtype, d, flash.tiles.get(fr, {}).get(d))
+                    if not flash.has(fwd_name) or (rung == "bwd" and not flash.has(bwd_kernels(dtype, d, flash.bwd_tiles[d])[1])):
                         rows.append({**base, "kernel": name, "tflops": None, "note": "not compiled"})
                         continue
                     chk = check_heads(flash, rung, q, k, v, do, causal, dtype, heads, ref)
@@ -410,7 +420,7 @@ def benchmark(flash: Flash, shapes, dtypes, rungs, log, save=lambda rows: None) 
                         continue
                     if rung == "bwd":
                         o, lse = torch.empty_like(q), torch.empty(bh, t, device="cuda")
-                        flash.forward(5, q, k, v, o, lse, causal)()
+                        flash.forward(RUNGS[-1], q, k, v, o, lse, causal)()
                         dq, dk, dv = (torch.empty_like(q) for _ in range(3))
                         fn = flash.backward(q, k, v, o, lse, do, dq, dk, dv, causal)
                         fl, refs = fb, {k_: v_[1] for k_, v_ in tf.items()}
@@ -437,54 +447,96 @@ def benchmark(flash: Flash, shapes, dtypes, rungs, log, save=lambda rows: None) 
 
 
 def tune(flash: Flash, log) -> dict:
-    """Times each rung-5 candidate at the benchmark size (bf16, not causal) and keeps the fastest a head dim."""
+    """Times each tile candidate of rungs 5 and 6 and of the backward at the benchmark size (bf16, not causal)
+    and keeps the fastest for each rung and head dim."""
     import torch
 
     out = {}
     for b, h, t, d in SHAPES:
-        if d not in flash.rung5:
-            continue
         q, k, v = inputs(b * h, t, d, torch.bfloat16, seed=3)
         o, lse = torch.empty_like(q), torch.empty(b * h, t, device="cuda")
-        times = {}
-        for cand in RUNG5_CANDIDATES[d]:
-            if not flash.has(fwd_kernel(5, "bf16", d, cand)):
+        for rung in TUNED:
+            if d not in flash.tiles[rung]:
                 continue
-            flash.rung5[d] = cand
-            times[str(cand)] = time_gpu(flash.forward(5, q, k, v, o, lse, False), max_seconds=0.2)
-        best = min(times, key=times.get)
-        flash.rung5[d] = tuple(int(x) for x in best.strip("()").split(","))
-        out[d] = {"seconds": times, "chosen": best}
-        log(f"rung 5 D={d}: " + ", ".join(f"{c} {flops(b * h, t, d, False) / s / 1e12:.0f}" for c, s in times.items())
-            + f" TFLOP/s -> {best}")
+            times = {}
+            for cand in RUNG5_CANDIDATES[d]:
+                if not flash.has(fwd_kernel(rung, "bf16", d, cand)):
+                    continue
+                flash.tiles[rung][d] = cand
+                times[str(cand)] = time_gpu(flash.forward(rung, q, k, v, o, lse, False), max_seconds=0.2)
+            if not times:
+                continue
+            best = min(times, key=times.get)
+            flash.tiles[rung][d] = tuple(int(x) for x in best.strip("()").split(","))
+            out[f"{rung}_d{d}"] = {"seconds": times, "chosen": best}
+            log(f"rung {rung} D={d}: " + ", ".join(f"{c} {flops(b * h, t, d, False) / s / 1e12:.0f}"
+                                                   for c, s in times.items()) + f" TFLOP/s -> {best}")
+        do = torch.randn_like(q)
+        flash.forward(TUNED[-1], q, k, v, o, lse, False)()
+        dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+        times = {}
+        for cand in BWD_CANDIDATES[d]:
+            if not flash.has(bwd_kernels("bf16", d, cand)[1]):
+                continue
+            flash.bwd_tiles[d] = cand
+            times[str(cand)] = time_gpu(flash.backward(q, k, v, o, lse, do, dq, dk, dv, False), max_seconds=0.2)
+        if times:
+            best = min(times, key=times.get)
+            flash.bwd_tiles[d] = tuple(int(x) for x in best.strip("()").split(","))
+            out[f"bwd_d{d}"] = {"seconds": times, "chosen": best}
+            log(f"backward D={d}: " + ", ".join(f"{c} {flops(b * h, t, d, False, True) / s / 1e12:.0f}"
+                                                for c, s in times.items()) + f" TFLOP/s -> {best}")
     return out
+
+
+def profile(which: str) -> None:
+    import torch
+
+    flash = Flash((RUNGS[-1],), (128,))
+    b, h, t, d = SHAPES[0]
+    q, k, v, do = inputs(b * h, t, d, torch.bfloat16, seed=5, grad=True)
+    o, lse = torch.empty_like(q), torch.empty(b * h, t, device="cuda")
+    fwd = flash.forward(RUNGS[-1], q, k, v, o, lse, False)
+    dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+    bwd = flash.backward(q, k, v, o, lse, do, dq, dk, dv, False)
+    for _ in range(2):
+        fwd()
+        if which == "bwd":
+            bwd()
+    torch.cuda.synchronize()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="D = 128, bf16 only")
     parser.add_argument("--out", help="the JSON file (default benchmarks/results/phase8b_flash-<gpu>.json)")
+    parser.add_argument("--profile", choices=("fwd", "bwd"),
+                        help="launch rung 6 (or the backward) twice at 16x16x4096x128 bf16 and stop: a target for ncu")
     args = parser.parse_args()
     t0 = time.perf_counter()
+    if args.profile:
+        profile(args.profile)
+        return 0
 
     def log(msg):
         print(f"[{time.perf_counter() - t0:5.0f}s] {msg}", flush=True)
 
-    rungs = (1, 2, 3, 4, 5)
+    rungs = RUNGS
     flash = Flash(rungs)
     device = gpu_name()
     log(f"device: {device}")
     resources = flash.resources()
     for name, r in resources.items():
         log(f"  {name}: {r}")
+    tuning = tune(flash, log)  # first: the small sizes are then validated with the tiles the timings use
     failures = validate_small(flash, rungs, (64, 128))
-    tuning = tune(flash, log)
     shapes = SHAPES[:1] if args.quick else SHAPES
     dtypes = ("bf16",) if args.quick else ("bf16", "fp16")
     extra = dict(validation={"small_failures": failures, "bound_c": BOUND_C, "lse_tol": LSE_TOL},
                  compile_errors=flash.errors, rung5_tuning=tuning,
-                 kernels={f"{r}_{RUNG_NAMES[r]}": fwd_kernel(r, "bf16", 128, flash.rung5.get(128)) for r in rungs}
-                 | {"bwd": list(bwd_kernels("bf16", 128))}, resources=resources)
+                 kernels={f"{r}_{RUNG_NAMES[r]}": fwd_kernel(r, "bf16", 128, flash.tiles.get(r, {}).get(128))
+                          for r in rungs}
+                 | {"bwd": list(bwd_kernels("bf16", 128, flash.bwd_tiles[128]))}, resources=resources)
 
     def save(rows):
         if args.out:

@@ -21,6 +21,9 @@
 //   4 ... STAGES=2       K/V tiles double-buffered by cp.async: tile j+1 loads while tile j is computed
 //   5 ... tuned tiles    128 query rows a block (2 m-tiles a warp: each K/V fragment feeds two MMAs,
 //                        Q fragments re-read from shared memory), and causal blocks longest-first
+//   6 ... LEAN=true      fewer instructions a score in the softmax (the part that competes with the
+//                        tensor cores for issue slots): the scale folded into the exp2's FFMA, and
+//                        the output's rescaling skipped by a warp whose rows' maxima did not move
 // Every rung skips the key tiles wholly above the diagonal (causal) and masks only the tiles that
 // touch the diagonal or the end of the sequence.
 //
@@ -47,6 +50,9 @@ template <typename T> __device__ __forceinline__ T from_f32(float x);
 template <> __device__ __forceinline__ bf16 from_f32<bf16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ fp16 from_f32<fp16>(float x) { return __float2half_rn(x); }
 
+template <typename T> struct IsBf16 { static constexpr bool value = false; };
+template <> struct IsBf16<bf16> { static constexpr bool value = true; };
+
 template <typename T> __device__ __forceinline__ float bits_to_f32(u16 b) {
     T v;
     *reinterpret_cast<u16*>(&v) = b;
@@ -57,8 +63,15 @@ template <typename T> __device__ __forceinline__ u16 f32_to_bits(float x) {
     return *reinterpret_cast<u16*>(&v);
 }
 // two floats -> one 32-bit register of two 16-bit values, `lo` in the low half (the lower column/k index)
+// (one cvt.rn.{bf16x2,f16x2}.f32 on the GPU)
 template <typename T> __device__ __forceinline__ unsigned pack2(float lo, float hi) {
-    return (unsigned)f32_to_bits<T>(lo) | ((unsigned)f32_to_bits<T>(hi) << 16);
+    if constexpr (sizeof(T) == 2 && IsBf16<T>::value) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<unsigned*>(&v);
+    } else {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<unsigned*>(&v);
+    }
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -108,8 +121,6 @@ __device__ __forceinline__ void load_rows(u16* s, const u16* g, int rows, int r0
 
 // ----------------------------------------------------------------------------------------------
 // mma.sync m16n8k16 (fp32 accumulators) and ldmatrix, as in hgemm.cu.
-template <typename T> struct IsBf16 { static constexpr bool value = false; };
-template <> struct IsBf16<bf16> { static constexpr bool value = true; };
 
 template <typename T>
 __device__ __forceinline__ void mma16816(float d[4], const unsigned a[4], const unsigned b[2]) {
@@ -194,6 +205,16 @@ __device__ __forceinline__ void b_kmajor(unsigned b[4], const u16* s, int n, int
         b[2] = pair(k + 2 * q, n + 8 + g);
         b[3] = pair(k + 2 * q + 8, n + 8 + g);
     }
+}
+
+// p[0] += a, p[1] += b (p 8-byte aligned): one red.global.add.v2.f32 on Hopper, two scalar ones before it
+__device__ __forceinline__ void atomic_add2(float* p, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+    atomicAdd(p, a);
+    atomicAdd(p + 1, b);
+#endif
 }
 
 __device__ __forceinline__ float quad_max(float x) {
@@ -288,7 +309,8 @@ __global__ void __launch_bounds__(64) flash_fwd_1_scalar(const T* Q, const T* K,
 // rounded to T and fed back as the A operand of P.V without leaving registers.
 // LAYOUT/LDM: how tiles are stored and fragments read; STAGES: 1 = load, wait, compute; 2 = K/V
 // double-buffered by cp.async; LONGEST_FIRST: causal blocks with the most key tiles start first.
-template <typename T, int D, int WARPS, int MT, int BC, int LAYOUT, bool LDM, int STAGES, bool LONGEST_FIRST>
+template <typename T, int D, int WARPS, int MT, int BC, int LAYOUT, bool LDM, int STAGES, bool LONGEST_FIRST,
+          bool LEAN>
 __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T* K, const T* V, T* O, float* LSE,
                                                             int seq, float scale_log2, int causal) {
     constexpr int THREADS = WARPS * 32, BR = 16 * WARPS * MT, NT = BC / 8, DT = D / 8, KD = D / 16;
@@ -393,7 +415,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T*
             for (int j = 0; j < NT; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    float x = s[i][j][e] * scale_log2;
+                    float x = LEAN ? s[i][j][e] : s[i][j][e] * scale_log2;  // LEAN: the max of raw scores
                     if (edge) {
                         const int key = k0 + j * 8 + 2 * qd + (e & 1), row = r0 + 8 * (e >> 1);
                         if (key >= seq || (causal && key > row)) x = -INFINITY;
@@ -405,8 +427,8 @@ __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T*
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 mx[r] = quad_max(mx[r]);
-                mu[r] = mx[r] == -INFINITY ? 0.0f : mx[r];  // nothing seen yet in this row
-                alpha[r] = exp2f(m[i][r] - mu[r]);
+                mu[r] = mx[r] == -INFINITY ? 0.0f : (LEAN ? mx[r] * scale_log2 : mx[r]);  // nothing seen yet
+                alpha[r] = exp2f((LEAN ? m[i][r] * scale_log2 : m[i][r]) - mu[r]);
                 m[i][r] = mx[r];
                 l[i][r] *= alpha[r];
             }
@@ -414,14 +436,20 @@ __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T*
             for (int j = 0; j < NT; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
-                    const float p = exp2f(s[i][j][e] - mu[e >> 1]);
+                    // LEAN: the scale folded into one FFMA feeding the exp2
+                    const float p = LEAN ? exp2f(fmaf(s[i][j][e], scale_log2, -mu[e >> 1]))
+                                         : exp2f(s[i][j][e] - mu[e >> 1]);
                     s[i][j][e] = p;
                     l[i][e >> 1] += p;
                 }
+            // LEAN: once the running max settles, most tiles leave it unchanged (alpha == 1 exactly): the
+            // warp skips the D/8 x 4 multiplications of its output when none of its rows moved
+            if (!LEAN || __any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-            for (int j = 0; j < DT; ++j) {
-                o[i][j][0] *= alpha[0], o[i][j][1] *= alpha[0];
-                o[i][j][2] *= alpha[1], o[i][j][3] *= alpha[1];
+                for (int j = 0; j < DT; ++j) {
+                    o[i][j][0] *= alpha[0], o[i][j][1] *= alpha[0];
+                    o[i][j][2] *= alpha[1], o[i][j][3] *= alpha[1];
+                }
             }
         }
         // O += P V: P's accumulator layout (n-tiles 2kk, 2kk+1) is the A fragment of k-step kk;
@@ -463,7 +491,9 @@ __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T*
                 for (int j = 0; j < DT; ++j)
                     *reinterpret_cast<unsigned*>(out + (size_t)row * D + j * 8 + 2 * qd) =
                         pack2<T>(o[i][j][2 * r] * inv, o[i][j][2 * r + 1] * inv);
-                if (qd == 0) LSE[(size_t)bh * seq + row] = (m[i][r] + log2f(lr)) * 0.69314718055994531f;
+                if (qd == 0)
+                    LSE[(size_t)bh * seq + row] =
+                        ((LEAN ? m[i][r] * scale_log2 : m[i][r]) + log2f(lr)) * 0.69314718055994531f;
             }
         }
 }
@@ -505,18 +535,23 @@ __global__ void __launch_bounds__(WARPS * 32) flash_bwd_mma(const T* Q, const T*
                                                             T* dK, T* dV, int seq, float scale_log2, float scale,
                                                             int causal) {
     constexpr int THREADS = WARPS * 32, BC = 16 * WARPS, NQ = BR / 8, DT = D / 8, KD = D / 16;
-    static_assert(BR / 16 <= WARPS && WARPS % (BR / 16) == 0, "dQ: whole warps per 16 query rows");
-    constexpr int WPM = WARPS / (BR / 16), DQW = D / WPM;  // dQ: warps per m-tile, d columns a warp
+    // dQ's work: BR/16 m-tiles x D, over the warps: several warps an m-tile (each a slice of D columns),
+    // or several m-tiles a warp
+    constexpr int MTILES = BR / 16;
+    static_assert(MTILES % WARPS == 0 || WARPS % MTILES == 0, "dQ: m-tiles and warps must divide");
+    constexpr int WPM = MTILES >= WARPS ? 1 : WARPS / MTILES;  // warps an m-tile
+    constexpr int MPW = MTILES >= WARPS ? MTILES / WARPS : 1;  // m-tiles a warp
+    constexpr int DQW = D / WPM;                               // d columns a warp
     static_assert(DQW % 16 == 0, "dQ: pairs of n8 tiles a warp");
     using TS = Tile<BR, LAYOUT>;
     extern __shared__ __align__(128) u16 smem[];
     u16* sk = smem;               // BC x D
     u16* sv = sk + BC * D;        // BC x D
-    u16* sq = sv + BC * D;        // BR x D
-    u16* sdo = sq + BR * D;       // BR x D
-    u16* sds = sdo + BR * D;      // BC x BR: dS^T, keys x queries
-    float* slse = reinterpret_cast<float*>(sds + BC * BR);  // BR: lse in log2 units (+inf past the end)
-    float* sdelta = slse + BR;    // BR
+    u16* sq0 = sv + BC * D;       // 2 stages x BR x D
+    u16* sdo0 = sq0 + 2 * BR * D; // 2 stages x BR x D
+    u16* sds = sdo0 + 2 * BR * D; // BC x BR: dS^T, keys x queries
+    float* slse0 = reinterpret_cast<float*>(sds + BC * BR);  // 2 x BR: lse in log2 units (+inf past the end)
+    float* sdelta0 = slse0 + 2 * BR;                          // 2 x BR
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
     const int bh = blockIdx.y, k0 = blockIdx.x * BC;
     const size_t base = (size_t)bh * seq * D;
@@ -528,9 +563,18 @@ __global__ void __launch_bounds__(WARPS * 32) flash_bwd_mma(const T* Q, const T*
     const float* delta = Delta + (size_t)bh * seq;
     float* dq = dQacc + base;
 
-    load_rows<BC, D, LAYOUT, THREADS>(sk, k, seq, k0);
-    load_rows<BC, D, LAYOUT, THREADS>(sv, v, seq, k0);
-    cp_async_commit();
+    // the query tile qt (Q, dO, lse, Delta) into stage `stage`: Q and dO by cp.async, lse and Delta by
+    // ordinary stores (both published by the barrier at the top of the iteration that reads them)
+    auto load_q = [&](int stage, int qt) {
+        const int q0 = qt * BR;
+        load_rows<BR, D, LAYOUT, THREADS>(sq0 + stage * BR * D, q, seq, q0);
+        load_rows<BR, D, LAYOUT, THREADS>(sdo0 + stage * BR * D, dout, seq, q0);
+        for (int i = threadIdx.x; i < BR; i += THREADS) {
+            const bool in = q0 + i < seq;
+            slse0[stage * BR + i] = in ? lse[q0 + i] * 1.4426950408889634f : INFINITY;  // P = 0 past T
+            sdelta0[stage * BR + i] = in ? delta[q0 + i] : 0.0f;
+        }
+    };
 
     float dk[DT][4], dv[DT][4];
 #pragma unroll
@@ -540,19 +584,21 @@ __global__ void __launch_bounds__(WARPS * 32) flash_bwd_mma(const T* Q, const T*
 
     const int key0 = k0 + warp * 16;  // this warp's first key
     const int qt0 = causal ? k0 / BR : 0, nqt = (seq + BR - 1) / BR;
+    load_rows<BC, D, LAYOUT, THREADS>(sk, k, seq, k0);
+    load_rows<BC, D, LAYOUT, THREADS>(sv, v, seq, k0);
+    load_q(0, qt0);
+    cp_async_commit();
+    // query tiles double-buffered: tile qt+1 loads while tile qt is computed
     for (int qt = qt0; qt < nqt; ++qt) {
-        const int q0 = qt * BR;
-        __syncthreads();  // the previous query tile (and dS^T) is no longer read
-        load_rows<BR, D, LAYOUT, THREADS>(sq, q, seq, q0);
-        load_rows<BR, D, LAYOUT, THREADS>(sdo, dout, seq, q0);
+        const int q0 = qt * BR, stage = (qt - qt0) & 1;
+        cp_async_wait<0>();  // tile qt landed (this thread's copies)
+        __syncthreads();     // ... everybody's; and iteration qt-1 (its stage, dS^T) is no longer read
+        if (qt + 1 < nqt) load_q(stage ^ 1, qt + 1);
         cp_async_commit();
-        for (int i = threadIdx.x; i < BR; i += THREADS) {
-            const bool in = q0 + i < seq;
-            slse[i] = in ? lse[q0 + i] * 1.4426950408889634f : INFINITY;  // P = exp2(x - inf) = 0 past T
-            sdelta[i] = in ? delta[q0 + i] : 0.0f;
-        }
-        cp_async_wait<0>();
-        __syncthreads();
+        const u16* sq = sq0 + stage * BR * D;
+        const u16* sdo = sdo0 + stage * BR * D;
+        const float* slse = slse0 + stage * BR;
+        const float* sdelta = sdelta0 + stage * BR;
 
         // S^T = K Q^T: A = K rows (keys x d, m x k); B = Q^T, Q stored queries x d (n x k)
         float st[NQ][4], dpt[NQ][4];
@@ -621,8 +667,9 @@ __global__ void __launch_bounds__(WARPS * 32) flash_bwd_mma(const T* Q, const T*
         __syncthreads();  // dS^T complete
         // dQ[q0 + m-tile, d slice] += dS K: A = dS (queries x keys), stored as dS^T (k x m);
         // B = K stored keys x d (k x n)
-        {
-            const int mt = warp / WPM, d0 = (warp % WPM) * DQW;
+#pragma unroll
+        for (int mi = 0; mi < MPW; ++mi) {
+            const int mt = (warp / WPM) * MPW + mi, d0 = (warp % WPM) * DQW;
             float acc[DQW / 8][4];
 #pragma unroll
             for (int j = 0; j < DQW / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
@@ -644,9 +691,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_bwd_mma(const T* Q, const T*
                 if (row < seq) {
 #pragma unroll
                     for (int j = 0; j < DQW / 8; ++j) {
-                        float* p = dq + (size_t)row * D + d0 + j * 8 + 2 * qd;
-                        atomicAdd(p, acc[j][2 * r]);
-                        atomicAdd(p + 1, acc[j][2 * r + 1]);
+                        atomic_add2(dq + (size_t)row * D + d0 + j * 8 + 2 * qd, acc[j][2 * r], acc[j][2 * r + 1]);
                     }
                 }
             }

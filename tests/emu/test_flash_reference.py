@@ -54,9 +54,9 @@ def forward(rung: int, dtype: str, q, k, v, causal: bool, code: str = SOURCE):
     return o.get(), lse.get()
 
 
-def backward(dtype: str, q, k, v, o, lse, do, causal: bool):
+def backward(dtype: str, q, k, v, o, lse, do, causal: bool, tiles: tuple | None = None):
     bh, t, d = q.shape
-    names = fl.bwd_kernels(dtype, d)
+    names = fl.bwd_kernels(dtype, d, tiles)
     mod = module(names)
     dot, main, conv = (mod.get_function(n) for n in names)
     delta, dqacc = emu.zeros((bh, t)), emu.asarray(np.full((bh, t, d), np.nan, np.float32))
@@ -64,7 +64,7 @@ def backward(dtype: str, q, k, v, o, lse, do, causal: bool):
     rows, n = bh * t, bh * t * d
     args = [emu.asarray(x) for x in (q, k, v, o, lse, do)]
     dot((math.ceil(rows / 8),), (256,), (args[3], args[5], delta, dqacc, np.int32(rows)))
-    bc, threads, smem = fl.bwd_geometry(d)
+    bc, threads, smem = fl.bwd_geometry(d, tiles)
     if smem > 48 * 1024:
         main.max_dynamic_shared_size_bytes = smem
     main((math.ceil(t / bc), bh), (threads,), (*args[:3], args[5], args[4], delta, dqacc, dk, dv, np.int32(t),
@@ -83,7 +83,7 @@ def check_forward(rung: int, dtype: str, t: int, d: int, causal: bool, code: str
     return ok and ok_lse, f"rung {rung} {dtype} T={t} D={d} causal={causal}: O {units:.2f} u-units, lse ok {ok_lse}"
 
 
-@pytest.mark.parametrize("rung", [1, 2, 3, 4, 5])
+@pytest.mark.parametrize("rung", fl.RUNGS)
 def test_forward_rung_matches_float64_attention(rung: int) -> None:
     for dtype in ("fp16", "bf16"):
         for t in LENGTHS:
@@ -96,15 +96,24 @@ def test_forward_rung_matches_float64_attention(rung: int) -> None:
 
 @pytest.mark.parametrize("dtype", ["fp16", "bf16"])
 def test_backward_matches_float64_gradients(dtype: str) -> None:
-    cases = [(t, 64, c) for t in LENGTHS for c in (False, True)] + ([(65, 128, True)] if dtype == "bf16" else [])
-    for t, d, causal in cases:
+    cases = [(t, 64, c, None) for t in LENGTHS for c in (False, True)] + ([(65, 128, True, None)] * (dtype == "bf16"))
+    check_backward(dtype, cases)
+
+
+def test_backward_in_the_other_tilings_the_benchmark_may_choose() -> None:
+    """dQ's work split both ways: several warps an m-tile (8 warps, 64 rows), several m-tiles a warp (128 rows)."""
+    check_backward("bf16", [(65, 64, True, tiles) for tiles in fl.BWD_CANDIDATES[64][1:]])
+
+
+def check_backward(dtype: str, cases: list[tuple]) -> None:
+    for t, d, causal, tiles in cases:
         q, k, v, do = rand_inputs(t, d, dtype)
         o, lse = forward(5, dtype, q, k, v, causal)
-        grads = backward(dtype, q, k, v, o, lse, do, causal)
+        grads = backward(dtype, q, k, v, o, lse, do, causal, tiles)
         ref = fl.reference(*(fl.from_bits(x, dtype) for x in (q, k, v)), causal, fl.from_bits(do, dtype))
         for name, got in zip(("dq", "dk", "dv"), grads, strict=True):
             ok, units = fl.within_bound(fl.from_bits(got, dtype), ref[name], ref[name + "_mag"], dtype)
-            assert ok, f"{name} {dtype} T={t} D={d} causal={causal}: {units:.2f} u-units"
+            assert ok, f"{name} {dtype} T={t} D={d} causal={causal} tiles {tiles}: {units:.2f} u-units"
 
 
 def mutated(old: str, new: str) -> str:
