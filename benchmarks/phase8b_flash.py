@@ -1,4 +1,4 @@
-"""Phase 8b benchmark: the FlashAttention-2 ladder (forward rungs 1-6 and the backward) against PyTorch's SDPA.
+"""Phase 8b benchmark: the FlashAttention-2 ladder (forward rungs 1-7 and the backward) against PyTorch's SDPA.
 
 The kernels are ``benchmarks/kernels/flash.cu``, compiled by CuPy's RawModule (NVRTC, one module a rung, in
 parallel) and launched through the driver on torch's stream (``phase8a_hgemm.Driver``). Inputs and outputs are
@@ -45,7 +45,7 @@ from common import ROOT, gpu_name, time_gpu, write_results
 KERNELS = ROOT / "benchmarks" / "kernels"
 SOURCE = KERNELS / "flash.cu"
 RUNG_NAMES = {1: "scalar", 2: "mma", 3: "mma_ldmatrix_swizzled", 4: "mma_cp_async", 5: "mma_tuned",
-              6: "mma_lean_softmax"}
+              6: "mma_lean_softmax", 7: "mma_split_kv_pipeline"}
 CTYPE = {"bf16": "bf16", "fp16": "fp16"}
 UNIT = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
 BOUND_C = 3.0
@@ -53,14 +53,14 @@ LSE_TOL = 1e-5
 LOG2E = 1.4426950408889634
 
 RUNGS = tuple(RUNG_NAMES)
-# forward mma rungs: (WARPS, MT, BC, LAYOUT, LDM, STAGES, LONGEST_FIRST, LEAN)
+# forward mma rungs: (WARPS, MT, BC, LAYOUT, LDM, PIPE, LONGEST_FIRST, LEAN)
 FWD_MMA = {2: (4, 1, 64, "PLAIN", False, 1, False, False),
            3: (4, 1, 64, "SWIZZLED", True, 1, False, False),
            4: (4, 1, 64, "SWIZZLED", True, 2, False, False)}
-TUNED = (5, 6)  # rungs whose tiles are chosen on the card
-# rung 5 and 6 candidates (WARPS, MT, BC), swizzled + ldmatrix + double-buffered + longest first (+ the lean
-# softmax in rung 6); the first is the default, Flash.tune() times them at the benchmark size and keeps the
-# fastest for each rung and head dim
+TUNED = (5, 6, 7)  # rungs whose tiles are chosen on the card
+# rung 5-7 candidates (WARPS, MT, BC), swizzled + ldmatrix + double-buffered + longest first (+ the lean
+# softmax from rung 6, + K and V pipelined apart in rung 7); the first is the default, Flash.tune() times them
+# at the benchmark size and keeps the fastest for each rung and head dim
 RUNG5_CANDIDATES = {64: [(4, 2, 64), (8, 1, 64), (4, 1, 128), (8, 2, 64)],
                     128: [(8, 1, 64), (4, 2, 64), (4, 1, 128), (8, 1, 128)]}
 # backward candidates (WARPS, BR) by head dim (BC = 16 WARPS keys a block, BR query rows a step); the first is
@@ -73,7 +73,7 @@ def fwd_config(rung: int, d: int, tiles: tuple | None = None) -> tuple:
     if rung in FWD_MMA:
         return FWD_MMA[rung]
     w, mt, bc = tiles or RUNG5_CANDIDATES[d][0]
-    return (w, mt, bc, "SWIZZLED", True, 2, True, rung == 6)
+    return (w, mt, bc, "SWIZZLED", True, 3 if rung == 7 else 2, True, rung >= 6)
 
 
 def fwd_kernel(rung: int, dtype: str, d: int, tiles: tuple | None = None) -> str:
@@ -81,18 +81,18 @@ def fwd_kernel(rung: int, dtype: str, d: int, tiles: tuple | None = None) -> str
     t = CTYPE[dtype]
     if rung == 1:
         return f"flash_fwd_1_scalar<{t}, {d}>"
-    w, mt, bc, layout, ldm, stages, longest, lean = fwd_config(rung, d, tiles)
+    w, mt, bc, layout, ldm, pipe, longest, lean = fwd_config(rung, d, tiles)
     b = lambda x: str(x).lower()  # noqa: E731
-    return f"flash_fwd_mma<{t}, {d}, {w}, {mt}, {bc}, {layout}, {b(ldm)}, {stages}, {b(longest)}, {b(lean)}>"
+    return f"flash_fwd_mma<{t}, {d}, {w}, {mt}, {bc}, {layout}, {b(ldm)}, {pipe}, {b(longest)}, {b(lean)}>"
 
 
 def fwd_geometry(rung: int, d: int, tiles: tuple | None = None) -> tuple[int, int, int]:
     """(query rows a block, threads, dynamic shared memory bytes)."""
     if rung == 1:
         return 64, 64, 0
-    w, mt, bc, _, _, stages, _, _ = fwd_config(rung, d, tiles)
+    w, mt, bc, _, _, pipe, _, _ = fwd_config(rung, d, tiles)
     br = 16 * w * mt
-    return br, 32 * w, 2 * d * (br + 2 * stages * bc)
+    return br, 32 * w, 2 * d * (br + 2 * min(pipe, 2) * bc)
 
 
 def bwd_kernels(dtype: str, d: int, tiles: tuple | None = None) -> tuple[str, str, str]:
@@ -489,10 +489,14 @@ def tune(flash: Flash, log) -> dict:
     return out
 
 
-def profile(which: str) -> None:
+def profile(which: str, tiles: str | None, bwd_tiles: str | None) -> None:
     import torch
 
     flash = Flash((RUNGS[-1],), (128,))
+    if tiles:
+        flash.tiles[RUNGS[-1]][128] = tuple(int(x) for x in tiles.split(","))
+    if bwd_tiles:
+        flash.bwd_tiles[128] = tuple(int(x) for x in bwd_tiles.split(","))
     b, h, t, d = SHAPES[0]
     q, k, v, do = inputs(b * h, t, d, torch.bfloat16, seed=5, grad=True)
     o, lse = torch.empty_like(q), torch.empty(b * h, t, device="cuda")
@@ -511,11 +515,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="D = 128, bf16 only")
     parser.add_argument("--out", help="the JSON file (default benchmarks/results/phase8b_flash-<gpu>.json)")
     parser.add_argument("--profile", choices=("fwd", "bwd"),
-                        help="launch rung 6 (or the backward) twice at 16x16x4096x128 bf16 and stop: a target for ncu")
+                        help="launch the last rung (or the backward) twice at 16x16x4096x128 bf16 and stop: for ncu")
+    parser.add_argument("--tiles", help="--profile: the last rung's tiles WARPS,MT,BC (default: the first candidate)")
+    parser.add_argument("--bwd-tiles", help="--profile: the backward's tiles WARPS,BR (default: the first candidate)")
     args = parser.parse_args()
     t0 = time.perf_counter()
     if args.profile:
-        profile(args.profile)
+        profile(args.profile, args.tiles, args.bwd_tiles)
         return 0
 
     def log(msg):

@@ -18,12 +18,15 @@
 //                        layout of S is the A-fragment layout of P.V), fragments read from shared memory
 //                        32 bits at a time (plain rows: 8-way bank conflicts)
 //   3 ... SWIZZLED, LDM=true, 1   XOR-swizzled rows + ldmatrix (no bank conflicts, 1 instruction a 4 regs)
-//   4 ... STAGES=2       K/V tiles double-buffered by cp.async: tile j+1 loads while tile j is computed
+//   4 ... PIPE=2         K/V tiles double-buffered by cp.async: tile j+1 loads while tile j is computed
 //   5 ... tuned tiles    128 query rows a block (2 m-tiles a warp: each K/V fragment feeds two MMAs,
 //                        Q fragments re-read from shared memory), and causal blocks longest-first
 //   6 ... LEAN=true      fewer instructions a score in the softmax (the part that competes with the
 //                        tensor cores for issue slots): the scale folded into the exp2's FFMA, and
 //                        the output's rescaling skipped by a warp whose rows' maxima did not move
+//   7 ... PIPE=3         K and V in separate cp.async groups and barriers (FlashAttention-2's schedule):
+//                        S waits only for K, P.V only for V; V(j+1) loads during S(j+1)... each copy
+//                        has half an iteration more to land, and a warp late on S does not hold up V
 // Every rung skips the key tiles wholly above the diagonal (causal) and masks only the tiles that
 // touch the diagonal or the end of the sequence.
 //
@@ -304,12 +307,13 @@ __global__ void __launch_bounds__(64) flash_fwd_1_scalar(const T* Q, const T* K,
 }
 
 // ----------------------------------------------------------------------------------------------
-// Rungs 2-5: mma.sync. WARPS warps, each MT m-tiles of 16 query rows (BR = 16 WARPS MT rows a block);
+// Rungs 2-7: mma.sync. WARPS warps, each MT m-tiles of 16 query rows (BR = 16 WARPS MT rows a block);
 // key tiles of BC. S (16 x BC a m-tile) and O (16 x D) are fp32 accumulators in registers; P is
 // rounded to T and fed back as the A operand of P.V without leaving registers.
-// LAYOUT/LDM: how tiles are stored and fragments read; STAGES: 1 = load, wait, compute; 2 = K/V
-// double-buffered by cp.async; LONGEST_FIRST: causal blocks with the most key tiles start first.
-template <typename T, int D, int WARPS, int MT, int BC, int LAYOUT, bool LDM, int STAGES, bool LONGEST_FIRST,
+// LAYOUT/LDM: how tiles are stored and fragments read; PIPE: 1 = load, wait, compute; 2 = K/V
+// double-buffered by cp.async, one group a tile; 3 = double-buffered, K and V in groups of their own;
+// LONGEST_FIRST: causal blocks with the most key tiles start first; LEAN: see rung 6.
+template <typename T, int D, int WARPS, int MT, int BC, int LAYOUT, bool LDM, int PIPE, bool LONGEST_FIRST,
           bool LEAN>
 __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T* K, const T* V, T* O, float* LSE,
                                                             int seq, float scale_log2, int causal) {
@@ -318,7 +322,7 @@ __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T*
     using TQ = Tile<D, LAYOUT>;
     extern __shared__ __align__(128) u16 smem[];
     u16* sq = smem;                    // BR x D
-    u16* skv = smem + BR * D;          // STAGES x (K: BC x D, V: BC x D)
+    u16* skv = smem + BR * D;          // 1 or 2 stages x (K: BC x D, V: BC x D)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, qd = lane % 4;
     const int bh = blockIdx.y;
     const int qt = (LONGEST_FIRST && causal) ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
@@ -330,15 +334,21 @@ __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T*
     const int kv_end = causal ? min(seq, q0 + BR) : seq;
     const int ntiles = (kv_end + BC - 1) / BC;
 
-    auto load_kv = [&](int stage, int jt) {
-        u16* sk = skv + stage * 2 * BC * D;
-        load_rows<BC, D, LAYOUT, THREADS>(sk, k, seq, jt * BC);
-        load_rows<BC, D, LAYOUT, THREADS>(sk + BC * D, v, seq, jt * BC);
+    auto load_k = [&](int stage, int jt) {
+        load_rows<BC, D, LAYOUT, THREADS>(skv + stage * 2 * BC * D, k, seq, jt * BC);
+    };
+    auto load_v = [&](int stage, int jt) {
+        load_rows<BC, D, LAYOUT, THREADS>(skv + stage * 2 * BC * D + BC * D, v, seq, jt * BC);
     };
 
     load_rows<BR, D, LAYOUT, THREADS>(sq, q, seq, q0);
-    if constexpr (STAGES == 2) load_kv(0, 0);
+    if constexpr (PIPE >= 2) load_k(0, 0);
+    if constexpr (PIPE == 2) load_v(0, 0);
     cp_async_commit();
+    if constexpr (PIPE == 3) {  // groups: {Q, K0}, {V0}, then {K(j+1)} and {V(j+1)} in turn
+        load_v(0, 0);
+        cp_async_commit();
+    }
 
     float o[MT][DT][4];
     float m[MT][2], l[MT][2];  // running max (log2 units) and this thread's part of the row sum
@@ -353,17 +363,27 @@ __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T*
 
     for (int jt = 0; jt < ntiles; ++jt) {
         int stage = 0;
-        if constexpr (STAGES == 1) {
+        if constexpr (PIPE == 1) {
             if (jt > 0) __syncthreads();  // everybody is done with the previous tile
-            load_kv(0, jt);
+            load_k(0, jt);
+            load_v(0, jt);
             cp_async_commit();
             cp_async_wait<0>();
             __syncthreads();
-        } else {
+        } else if constexpr (PIPE == 2) {
             cp_async_wait<0>();  // tile jt (and Q) landed, this thread's part
             __syncthreads();     // ... everybody's; and tile jt-1's buffer is free
-            if (jt + 1 < ntiles) load_kv((jt + 1) % 2, jt + 1);
+            if (jt + 1 < ntiles) {
+                load_k((jt + 1) % 2, jt + 1);
+                load_v((jt + 1) % 2, jt + 1);
+            }
             cp_async_commit();
+            stage = jt % 2;
+        } else {
+            cp_async_wait<1>();  // K(jt) landed (V(jt) may be in flight), this thread's part
+            __syncthreads();     // ... everybody's; and nobody still reads K(jt-1)'s buffer
+            if (jt + 1 < ntiles) load_k((jt + 1) % 2, jt + 1);
+            cp_async_commit();   // (empty groups keep the count uniform)
             stage = jt % 2;
         }
         if constexpr (QREG) {
@@ -451,6 +471,12 @@ __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T*
                     o[i][j][2] *= alpha[1], o[i][j][3] *= alpha[1];
                 }
             }
+        }
+        if constexpr (PIPE == 3) {
+            cp_async_wait<1>();  // V(jt) landed (K(jt+1) may be in flight)
+            __syncthreads();     // ... everybody's; and nobody still reads V(jt-1)'s buffer
+            if (jt + 1 < ntiles) load_v((jt + 1) % 2, jt + 1);
+            cp_async_commit();
         }
         // O += P V: P's accumulator layout (n-tiles 2kk, 2kk+1) is the A fragment of k-step kk;
         // V is stored keys x d, i.e. k x n
