@@ -62,7 +62,7 @@ TUNED = (5, 6, 7)  # rungs whose tiles are chosen on the card
 # softmax from rung 6, + K and V pipelined apart in rung 7); the first is the default, Flash.tune() times them
 # at the benchmark size and keeps the fastest for each rung and head dim
 RUNG5_CANDIDATES = {64: [(4, 2, 64), (8, 1, 64), (4, 1, 128), (8, 2, 64)],
-                    128: [(8, 1, 64), (4, 2, 64), (4, 1, 128), (8, 1, 128)]}
+                    128: [(8, 1, 64), (4, 2, 64), (4, 1, 128), (8, 1, 128), (4, 2, 32)]}
 # backward candidates (WARPS, BR) by head dim (BC = 16 WARPS keys a block, BR query rows a step); the first is
 # the default, Flash.tune() keeps the fastest
 BWD_CANDIDATES = {64: [(4, 64), (8, 64), (4, 128)], 128: [(4, 32), (8, 32), (4, 64)]}
