@@ -334,7 +334,12 @@ __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T*
     const int kv_end = causal ? min(seq, q0 + BR) : seq;
     const int ntiles = (kv_end + BC - 1) / BC;
 
-    auto load_k = [&](int stage, int jt) {
+    auto load_kv = [&](int stage, int jt) {  // PIPE 1, 2
+        u16* sk = skv + stage * 2 * BC * D;
+        load_rows<BC, D, LAYOUT, THREADS>(sk, k, seq, jt * BC);
+        load_rows<BC, D, LAYOUT, THREADS>(sk + BC * D, v, seq, jt * BC);
+    };
+    auto load_k = [&](int stage, int jt) {  // PIPE 3
         load_rows<BC, D, LAYOUT, THREADS>(skv + stage * 2 * BC * D, k, seq, jt * BC);
     };
     auto load_v = [&](int stage, int jt) {
@@ -342,8 +347,8 @@ __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T*
     };
 
     load_rows<BR, D, LAYOUT, THREADS>(sq, q, seq, q0);
-    if constexpr (PIPE >= 2) load_k(0, 0);
-    if constexpr (PIPE == 2) load_v(0, 0);
+    if constexpr (PIPE == 2) load_kv(0, 0);
+    if constexpr (PIPE == 3) load_k(0, 0);
     cp_async_commit();
     if constexpr (PIPE == 3) {  // groups: {Q, K0}, {V0}, then {K(j+1)} and {V(j+1)} in turn
         load_v(0, 0);
@@ -365,18 +370,14 @@ __global__ void __launch_bounds__(WARPS * 32) flash_fwd_mma(const T* Q, const T*
         int stage = 0;
         if constexpr (PIPE == 1) {
             if (jt > 0) __syncthreads();  // everybody is done with the previous tile
-            load_k(0, jt);
-            load_v(0, jt);
+            load_kv(0, jt);
             cp_async_commit();
             cp_async_wait<0>();
             __syncthreads();
         } else if constexpr (PIPE == 2) {
             cp_async_wait<0>();  // tile jt (and Q) landed, this thread's part
             __syncthreads();     // ... everybody's; and tile jt-1's buffer is free
-            if (jt + 1 < ntiles) {
-                load_k((jt + 1) % 2, jt + 1);
-                load_v((jt + 1) % 2, jt + 1);
-            }
+            if (jt + 1 < ntiles) load_kv((jt + 1) % 2, jt + 1);
             cp_async_commit();
             stage = jt % 2;
         } else {
