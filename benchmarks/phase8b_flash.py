@@ -538,7 +538,10 @@ def main() -> int:
     failures = validate_small(flash, rungs, (64, 128))
     shapes = SHAPES[:1] if args.quick else SHAPES
     dtypes = ("bf16",) if args.quick else ("bf16", "fp16")
-    extra = dict(validation={"small_failures": failures, "bound_c": BOUND_C, "lse_tol": LSE_TOL},
+    import torch
+
+    extra = dict(torch=torch.__version__,
+                 validation={"small_failures": failures, "bound_c": BOUND_C, "lse_tol": LSE_TOL},
                  compile_errors=flash.errors, rung5_tuning=tuning,
                  kernels={f"{r}_{RUNG_NAMES[r]}": fwd_kernel(r, "bf16", 128, flash.tiles.get(r, {}).get(128))
                           for r in rungs}
