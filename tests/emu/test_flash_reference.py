@@ -54,10 +54,10 @@ def forward(rung: int, dtype: str, q, k, v, causal: bool, code: str = SOURCE):
     return o.get(), lse.get()
 
 
-def backward(dtype: str, q, k, v, o, lse, do, causal: bool, tiles: tuple | None = None):
+def backward(dtype: str, q, k, v, o, lse, do, causal: bool, tiles: tuple | None = None, code: str = SOURCE):
     bh, t, d = q.shape
     names = fl.bwd_kernels(dtype, d, tiles)
-    mod = module(names)
+    mod = module(names, code)
     dot, main, conv = (mod.get_function(n) for n in names)
     delta, dqacc = emu.zeros((bh, t)), emu.asarray(np.full((bh, t, d), np.nan, np.float32))
     dq, dk, dv = (emu.asarray(np.full(q.shape, 0x7FFF, np.uint16)) for _ in range(3))
@@ -105,14 +105,20 @@ def test_backward_in_the_other_tilings_the_benchmark_may_choose() -> None:
     check_backward("bf16", [(65, 64, True, tiles) for tiles in fl.BWD_CANDIDATES[64][1:]])
 
 
+def backward_errors(dtype: str, t: int, d: int, causal: bool, tiles: tuple | None = None,
+                    code: str = SOURCE) -> dict[str, tuple[bool, float]]:
+    """{gradient: (within the bound?, error in u-units)} of the backward at one case."""
+    q, k, v, do = rand_inputs(t, d, dtype)
+    o, lse = forward(5, dtype, q, k, v, causal)
+    grads = backward(dtype, q, k, v, o, lse, do, causal, tiles, code)
+    ref = fl.reference(*(fl.from_bits(x, dtype) for x in (q, k, v)), causal, fl.from_bits(do, dtype))
+    return {name: fl.within_bound(fl.from_bits(got, dtype), ref[name], ref[name + "_mag"], dtype)
+            for name, got in zip(("dq", "dk", "dv"), grads, strict=True)}
+
+
 def check_backward(dtype: str, cases: list[tuple]) -> None:
     for t, d, causal, tiles in cases:
-        q, k, v, do = rand_inputs(t, d, dtype)
-        o, lse = forward(5, dtype, q, k, v, causal)
-        grads = backward(dtype, q, k, v, o, lse, do, causal, tiles)
-        ref = fl.reference(*(fl.from_bits(x, dtype) for x in (q, k, v)), causal, fl.from_bits(do, dtype))
-        for name, got in zip(("dq", "dk", "dv"), grads, strict=True):
-            ok, units = fl.within_bound(fl.from_bits(got, dtype), ref[name], ref[name + "_mag"], dtype)
+        for name, (ok, units) in backward_errors(dtype, t, d, causal, tiles).items():
             assert ok, f"{name} {dtype} T={t} D={d} causal={causal} tiles {tiles}: {units:.2f} u-units"
 
 
@@ -134,3 +140,13 @@ def test_known_bad_forward_variants_fail_the_bound() -> None:
                       "if (causal && key > row) x = -INFINITY;")
     ok, msg = check_forward(3, "fp16", 7, 64, False, no_tail)
     assert not ok, msg
+
+
+def test_a_dq_stored_instead_of_accumulated_fails() -> None:
+    """Each key tile's block must add its share of dQ: a plain store keeps one block's share (T = 130: 3 blocks)."""
+    stored = mutated("atomic_add2(dq + (size_t)row * D + d0 + j * 8 + 2 * qd, acc[j][2 * r], acc[j][2 * r + 1]);",
+                     "{ float* p_ = dq + (size_t)row * D + d0 + j * 8 + 2 * qd; p_[0] = acc[j][2 * r]; "
+                     "p_[1] = acc[j][2 * r + 1]; }")
+    errors = backward_errors("bf16", 130, 64, False, code=stored)
+    assert not errors["dq"][0], errors
+    assert errors["dk"][0] and errors["dv"][0], errors  # dK and dV are the block's own: still right
