@@ -9,7 +9,8 @@
 // D = 64 or 128 (a template argument). `causal` is a run-time flag: key j is seen by query i iff j <= i.
 //
 // Softmax in the log2 domain: scale_log2 = log2(e) / sqrt(D) folded into the scores once, so every
-// exponential is one exp2 (ex2.approx on the GPU) and the running max is kept in log2 units.
+// exponential is one exp2 (ex2.approx on the GPU) and the running max is kept in log2 units (rung 6 on:
+// the max of the raw scores, the scale applied inside the exp2's FFMA).
 //
 // Forward rungs (each changes one thing):
 //   1 flash_fwd_1_scalar  one thread a query row, fp32 FMAs, K/V tiles in shared memory (the baseline)
@@ -19,14 +20,17 @@
 //                        32 bits at a time (plain rows: 8-way bank conflicts)
 //   3 ... SWIZZLED, LDM=true, 1   XOR-swizzled rows + ldmatrix (no bank conflicts, 1 instruction a 4 regs)
 //   4 ... PIPE=2         K/V tiles double-buffered by cp.async: tile j+1 loads while tile j is computed
-//   5 ... tuned tiles    128 query rows a block (2 m-tiles a warp: each K/V fragment feeds two MMAs,
-//                        Q fragments re-read from shared memory), and causal blocks longest-first
+//   5 ... tuned tiles    WARPS x MT x BC chosen on the card among candidates (phase8b_flash.py; on an
+//                        H200: 4 warps x 2 m-tiles = 128 query rows, 32 keys a tile at D=128, 64 at
+//                        D=64: each K/V fragment feeds two MMAs, Q fragments re-read from shared
+//                        memory), and causal blocks longest-first
 //   6 ... LEAN=true      fewer instructions a score in the softmax (the part that competes with the
 //                        tensor cores for issue slots): the scale folded into the exp2's FFMA, and
 //                        the output's rescaling skipped by a warp whose rows' maxima did not move
 //   7 ... PIPE=3         K and V in separate cp.async groups and barriers (FlashAttention-2's schedule):
-//                        S waits only for K, P.V only for V; V(j+1) loads during S(j+1)... each copy
-//                        has half an iteration more to land, and a warp late on S does not hold up V
+//                        S(j) waits only for K(j), P.V only for V(j); K(j+1) is issued as soon as
+//                        K(j) is in, V(j+1) as soon as V(j) is
+// Rungs 6 and 7 measured slower than rung 5 on an H200 (benchmarks/phase8b_flash_NOTES.md says why).
 // Every rung skips the key tiles wholly above the diagonal (causal) and masks only the tiles that
 // touch the diagonal or the end of the sequence.
 //
