@@ -279,8 +279,9 @@ def _part_not_written(filename: str, function: str, left: list[tuple[int, str]])
     base = function.split("<", 1)[0].strip()
     parts = ", ".join(f"{f} (line {line})" + ("" if f == base else ", which it calls") for line, f in left)
     return KernelNotWrittenError(
-        f"{base} in {filename} is not written yet: {TODO_MARKER} is still in {parts}. Write it in {cell}, "
-        f"run that cell, then run this one again (the other kernels of {filename} run meanwhile).")
+        f"{base} in {filename} is not written yet: {TODO_MARKER} is still in {parts}. Write it in {cell} "
+        f"(your code replaces the {TODO_MARKER} line), run that cell, then run this one again (the other kernels "
+        f"of {filename} run meanwhile).")
 
 
 def _stub_error(filename: str, text: str) -> KernelStubError:
