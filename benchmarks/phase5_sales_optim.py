@@ -206,10 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         rows += torch_race.skipped_rows(torch_device)
         for mode, why in torch_race.availability(torch_device).items():
             if why is None:
-                framework = "pytorch" if mode == "eager" else f"pytorch_{mode}"
                 for optimizer_name in ("sgd", "adam"):
-                    runs[framework, optimizer_name] = train_pytorch(arrays, config, optimizer_name, state,
-                                                                    torch_device, mode)
+                    runs[torch_race.framework(mode), optimizer_name] = train_pytorch(
+                        arrays, config, optimizer_name, state, torch_device, mode)
     for (framework, optimizer_name), (history, seconds) in runs.items():
         rows += history
         sgd_final = runs[framework, "sgd"][0][-1]["train_loss"]

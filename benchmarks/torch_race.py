@@ -52,8 +52,14 @@ def availability(device: str) -> dict[str, str | None]:
 
 def skipped_rows(device: str, **where: Any) -> list[dict]:
     """A ``kind: "skipped"`` row per mode that cannot run here, with its reason (and ``where``'s keys)."""
-    return [{"kind": "skipped", "framework": f"pytorch_{mode}", "reason": why, **where}
+    return [{"kind": "skipped", "framework": framework(mode), "reason": why, **where}
             for mode, why in availability(device).items() if why]
+
+
+def framework(mode: str) -> str:
+    """The ``framework`` of a mode's rows: ``pytorch`` (eager, as the results have always named it),
+    ``pytorch_graph``, ``pytorch_compile``."""
+    return "pytorch" if mode == "eager" else f"pytorch_{mode}"
 
 
 def _sync(device: str) -> None:
@@ -162,7 +168,7 @@ def train(mode: str, net, optimizer, loss_fn: Callable, epochs: int, device: str
         if time_after_epoch:
             _sync(device)
             seconds.append(time.perf_counter() - start)
-        rows.append({**row, "framework": f"pytorch_{mode}" if mode != "eager" else "pytorch", "mode": mode,
+        rows.append({**row, "framework": framework(mode), "mode": mode,
                      "epoch": epoch + 1, "seconds": seconds[-1]})
     summary = {"framework": rows[-1]["framework"], "mode": mode, "torch": torch.__version__,
                "train_seconds": float(sum(seconds)), "first_epoch_seconds": seconds[0],
