@@ -321,6 +321,8 @@ def _timing_text(res: Results, log: dict, doc: dict) -> str:
                  f"same evaluation after every epoch, took {torch['train_seconds']:.1f} s")
         if ours is not None:
             text += f" (minitorch {'captured' if ours is graph else 'eager'}: {ours['train_seconds'] / torch['train_seconds']:.2f}× that)"
+        if framework == "pytorch_compile" and "first_epoch_seconds" in torch:
+            text += f" (its first epoch, compiling the model, took {torch['first_epoch_seconds']:.1f} s)"
         if "gpu_memory_bytes" in torch:
             text += f", allocated at most {torch['gpu_memory_bytes'] / 2**20:.0f} MiB"
         text += f"; its test MAE was {torch['test_mae']:.3f}."
