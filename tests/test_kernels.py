@@ -176,3 +176,20 @@ def test_a_file_whose_stubs_compile_runs_its_written_kernels_and_names_the_unwri
         kernels.load_kernel("gemm.cu", "scaled<2>", name_expressions=["scaled<2>"])
     with pytest.raises(kernels.KernelStubError, match=r"unwritten \(line 14\)"):
         kernels.write_source("gemm.cu", STUBS_COMPILE.split("\n", 1)[1])
+
+
+def test_lab5_gemm_cu_as_a_learner_gets_it_compiles_and_names_each_unwritten_rung(workspace):
+    """The generated lab's gemm.cu, every rung a stub: the %%kernel cell saves and compiles it, and each rung
+    (the templated ones through their instantiation, rung 9 through rung9_steps) refuses to run, naming
+    itself; the given split-K sum runs."""
+    lab = json.loads((ROOT / "labs" / "phase5_fast.ipynb").read_text())
+    cell = next(s for s in ("".join(c["source"]) for c in lab["cells"]) if s.startswith("%%kernel gemm.cu"))
+    kernels.kernel_magic("gemm.cu", cell.split("\n", 1)[1])
+    rungs = ["sgemm_1_naive", "sgemm_2_coalesced", "sgemm_3_shared", "sgemm_4_blocktile_1d",
+             "sgemm_5_blocktile_2d", "sgemm_6_vectorized", "sgemm_7_autotuned<128, 128, 8, 8, 8>",
+             "sgemm_8_warptiling", "sgemm_9_double_buffered<128, 128, 8, 32, 64, 0, 0>"]
+    for rung in rungs:
+        base = rung.split("<")[0]
+        with pytest.raises(kernels.KernelNotWrittenError, match=rf"^{base} in gemm.cu is not written yet"):
+            kernels.load_kernel("gemm.cu", rung, name_expressions=[rung] if "<" in rung else None)
+    assert kernels.load_kernel("gemm.cu", "sgemm_sum_splits").function == "sgemm_sum_splits"
