@@ -140,7 +140,7 @@ def _stale_best(data, autotune: dict) -> dict[int, tuple[str, str]]:
 
 def _stale_text(stale: dict[int, tuple[str, str]]) -> str:
     if not stale:
-        return ""
+        return "Every point of the autotuned line ran the tiles that `best()` chooses for its size today."
     parts = "; ".join(f"at {size}³ it ran `{then}`, where `best()` now runs `{now}`"
                       for size, (then, now) in sorted(stale.items()))
     return (f"The hollow points of the autotuned line are stale: {parts} (a tie between two tuned sizes now goes "
