@@ -91,7 +91,7 @@ def phase5_ladder() -> None:
     glue_figure(figs[0], _ladder_figure(data))
     stale = _stale_best(data, raw.get("autotune") or {})
     glue_figure(figs[1], _sizes_figure(data, stale))
-    glue_md("phase5-sizes-text", _stale_text(stale))
+    glue_md("phase5-sizes-text", _stale_text(stale, bool(raw.get("autotune"))))
     glue_md("phase5-ladder-source", res.provenance)
     glue_md("phase5-ladder-text", _ladder_text(data))
     glue_md("phase5-autotune-text", _autotune_text(raw.get("autotune") or {}, data))
@@ -138,7 +138,9 @@ def _stale_best(data, autotune: dict) -> dict[int, tuple[str, str]]:
     return stale
 
 
-def _stale_text(stale: dict[int, tuple[str, str]]) -> str:
+def _stale_text(stale: dict[int, tuple[str, str]], tuned: bool) -> str:
+    if not tuned:
+        return "*This run did not autotune: the figure has no autotuned line.*"
     if not stale:
         return "Every point of the autotuned line ran the tiles that `best()` chooses for its size today."
     parts = "; ".join(f"at {size}³ it ran `{then}`, where `best()` now runs `{now}`"
