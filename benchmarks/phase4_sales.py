@@ -7,7 +7,11 @@ Phases 1-4, and writes ``benchmarks/results/phase4_sales-<device>.json``:
 - ``kind: "epoch"``: training loss and test MAE after each epoch, for the lab's features (``features:
   "log"``) and, for comparison, for raw quantity and price with a raw target (``features: "raw"``);
 - ``kind: "summary"``: final test MAE, the mean predictor's MAE, their ratio, training time, GPU memory;
-  with PyTorch (on a GPU, when installed) the same training in PyTorch (``framework: "pytorch"``);
+  minitorch eager (``framework: "minitorch"``) and with the step captured (``"minitorch_graph"``); with
+  PyTorch (on a GPU, when installed) the same training three ways (``benchmarks/torch_race.py``): eager
+  (``"pytorch"``), captured in a CUDA graph (``"pytorch_graph"``) and through torch.compile
+  (``"pytorch_compile"``), each with its epochs (``kind: "epoch"``); a way that cannot run here is a
+  ``kind: "skipped"`` row with the reason;
 - ``kind: "prediction"``: predicted and actual totals of a sample of test sales.
 
 On a GPU (``cuda``) it trains the full configuration (50 epochs on every training row); on the emulator
@@ -157,14 +161,13 @@ def train_minitorch(arrays: dict, log_space: bool, config: dict,
     return history, summary, predicted
 
 
-def train_pytorch(arrays: dict, config: dict) -> dict | None:
-    """The same training in PyTorch on the GPU (same batches copied from the host, same evaluation)."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
+def train_pytorch(arrays: dict, config: dict, mode: str, device: str = "cuda") -> dict:
+    """The same training in PyTorch (same batches copied from the host, same evaluation after every epoch,
+    timed with it as minitorch's is), run ``mode`` way (``torch_race``: eager, captured in a CUDA graph, or
+    through torch.compile)."""
+    import torch
+    import torch_race
+
     from minitorch.batches import MiniBatches
 
     x_train = arrays["x_train"].astype(np.float64)
@@ -174,30 +177,31 @@ def train_pytorch(arrays: dict, config: dict) -> dict | None:
     xn = ((arrays["x_train"] - mean) / std).astype(np.float32)
     yn = ((arrays["y_train"] - y_mean) / y_std).astype(np.float32)
     torch.manual_seed(SEED)
-    net = torch.nn.Sequential(torch.nn.Linear(xn.shape[1], HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1)).cuda()
+    net = torch.nn.Sequential(torch.nn.Linear(xn.shape[1], HIDDEN), torch.nn.ReLU(),
+                              torch.nn.Linear(HIDDEN, 1)).to(device)
     sgd = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE, momentum=MOMENTUM)
     batches = MiniBatches(xn, yn, config["batch_size"], seed=SEED, device="cpu")
-    test_x = torch.from_numpy(((arrays["x_test"] - mean) / std).astype(np.float32)).cuda()
-    torch.cuda.reset_peak_memory_stats()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(config["epochs"]):
-        total = torch.zeros((), device="cuda")
-        for xb, yb in batches:  # cpu tensors: the same host-side shuffling, then one copy each
-            xg, yg = torch.from_numpy(xb.numpy()).cuda(), torch.from_numpy(yb.numpy()).cuda()
-            loss = torch.nn.functional.mse_loss(net(xg), yg)
-            sgd.zero_grad()
-            loss.backward()
-            sgd.step()
-            total += loss.detach() * xg.shape[0]
+    test_x = torch.from_numpy(((arrays["x_test"] - mean) / std).astype(np.float32)).to(device)
+    maes = []
+
+    def evaluate(epoch: int, model, loss_sum: float) -> dict:
         with torch.no_grad():
-            z = net(test_x)[:, 0].double().cpu().numpy() * y_std + y_mean
-        mae = float(np.mean(np.abs(np.exp(z) - arrays["price_test"])))
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    print(f"pytorch {torch.__version__}: {seconds:.1f} s, test MAE {mae:.3f}")
-    return {"kind": "summary", "framework": "pytorch", "features": "log", "train_seconds": seconds, "test_mae": mae,
-            "gpu_memory_bytes": int(torch.cuda.max_memory_allocated()), "torch": torch.__version__}
+            z = model(test_x)[:, 0].double().cpu().numpy() * y_std + y_mean
+        maes.append(float(np.mean(np.abs(np.exp(z) - arrays["price_test"]))))
+        return {"kind": "epoch", "features": "log", "train_loss": loss_sum / batches.rows, "test_mae": maes[-1]}
+
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    # cpu tensors from MiniBatches: the same host-side shuffling, then one copy each
+    history, summary = torch_race.train(
+        mode, net, sgd, torch.nn.functional.mse_loss, config["epochs"], device,
+        lambda epoch: ((xb.numpy(), yb.numpy()) for xb, yb in batches), after_epoch=evaluate,
+        loss_weight=float, time_after_epoch=True)
+    print(f"pytorch {torch.__version__} {mode}: {summary['train_seconds']:.1f} s, test MAE {maes[-1]:.3f}")
+    summary.update(kind="summary", features="log", test_mae=maes[-1])
+    if device == "cuda":
+        summary["gpu_memory_bytes"] = int(torch.cuda.max_memory_allocated())
+    return {"history": history, "summary": summary}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -205,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cuda", "emu"), default=None,
                         help="default: cuda when a GPU is usable, else emu")
     parser.add_argument("--workspace", help="a workspace that already holds the Phase 1-4 files")
+    parser.add_argument("--torch-cpu", action="store_true",
+                        help="on the emulator, race PyTorch eager on the CPU too (to run every line without a GPU)")
     args = parser.parse_args(argv)
     if args.workspace:
         os.environ["MINITORCH_WORKSPACE"] = str(Path(args.workspace).resolve())
@@ -224,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, text in solution_sources(f"{lab}.ipynb").items():
                 write_source(name, text)
     config = FULL_CONFIG if device == "cuda" else REDUCED_CONFIG
+    torch_device = "cpu" if args.torch_cpu and device != "cuda" else None
     path = data.ensure_sales()
     features, target, names = data.sales_features(data.load_sales(path))
     rows: list[dict] = []
@@ -249,11 +256,16 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"kind": "prediction", "features": "log",
                          "actual": [float(f"{v:.5g}") for v in arrays["price_test"][sample]],
                          "predicted": [float(f"{v:.5g}") for v in predicted[sample]]})
-            if device == "cuda":
-                torch_summary = train_pytorch(arrays, config)
-                if torch_summary is not None:
-                    torch_summary.update(baseline_mae=baseline, ratio=torch_summary["test_mae"] / baseline)
-                    summaries.append(torch_summary)
+            if device == "cuda" or torch_device:
+                import torch_race
+
+                available = torch_race.availability(torch_device or device)
+                rows += torch_race.skipped_rows(torch_device or device, features="log")
+                for mode in (m for m, why in available.items() if why is None):
+                    run = train_pytorch(arrays, config, mode, torch_device or device)
+                    run["summary"].update(baseline_mae=baseline, ratio=run["summary"]["test_mae"] / baseline)
+                    rows += run["history"]
+                    summaries.append(run["summary"])
     rows += summaries
     for s in summaries:
         print(f"{s['framework']} {s['features']}: test MAE {s['test_mae']:.3f} = {s['ratio']:.4f} x the mean "

@@ -10,8 +10,11 @@ training set (MSE, normalised log price) and the test MAE. Writes
 
 - ``kind: "epoch"``: ``optimizer``, ``framework``, ``epoch``, ``train_loss``, ``test_mae``;
 - ``kind: "summary"``: per optimizer and framework, the final loss and MAE, the epoch at which the run
-  first reaches SGD's final training loss, training seconds; on a GPU with PyTorch installed, the same
-  two trainings in PyTorch eager (same initial weights, same batches) and the time ratio.
+  first reaches SGD's final training loss, training seconds; with PyTorch installed, the same two
+  trainings in PyTorch (same initial weights, same batches) three ways (``benchmarks/torch_race.py``):
+  eager (``framework: "pytorch"``), captured in a CUDA graph with a capturable Adam (``"pytorch_graph"``)
+  and through torch.compile (``"pytorch_compile"``), each with the time ratio; a way that cannot run here
+  (no GPU, no Triton) is a ``kind: "skipped"`` row with its reason.
 
 On a GPU the full configuration (all training rows, 50 epochs); ``--emu-small`` runs the lab's reduced
 configuration on the emulator (and PyTorch on the CPU, when installed, for the same curves). The data
@@ -124,10 +127,13 @@ def train_minitorch(arrays: dict, config: dict, optimizer_name: str, state: dict
     return history, seconds
 
 
-def train_pytorch(arrays: dict, config: dict, optimizer_name: str, state: dict, device: str) -> tuple[list[dict], float]:
-    """The same training in PyTorch eager: same initial weights (transposed to PyTorch's (out, in)),
-    same batches in the same order, copied from the host."""
+def train_pytorch(arrays: dict, config: dict, optimizer_name: str, state: dict, device: str,
+                  mode: str = "eager") -> tuple[list[dict], float]:
+    """The same training in PyTorch: same initial weights (transposed to PyTorch's (out, in)), same batches in
+    the same order, copied from the host; ``mode`` as ``torch_race`` runs it (eager, captured in a CUDA graph
+    with a capturable Adam, or through torch.compile). Only the training is timed, as minitorch's."""
     import torch
+    import torch_race
 
     from minitorch.batches import MiniBatches
 
@@ -139,30 +145,27 @@ def train_pytorch(arrays: dict, config: dict, optimizer_name: str, state: dict, 
             net[i].bias.copy_(torch.from_numpy(state[f"{i}.bias"]))
     net = net.to(device)
     opt = (torch.optim.SGD(net.parameters(), **SGD_SETTINGS) if optimizer_name == "sgd"
-           else torch.optim.Adam(net.parameters(), lr=config["adam_lr"]))
+           else torch.optim.Adam(net.parameters(), lr=config["adam_lr"], capturable=mode == "graph"))
     batches = MiniBatches(arrays["x_train"], arrays["y_train"], config["batch_size"], seed=SEED, device="cpu")
     train_x, train_y = (torch.from_numpy(arrays[k]).to(device) for k in ("x_train", "y_train"))
     test_x = torch.from_numpy(arrays["x_test"]).to(device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    history, seconds = [], 0.0
-    for epoch in range(config["epochs"]):
-        sync()
-        start = time.perf_counter()
-        for xb, yb in batches:
-            xg, yg = torch.from_numpy(xb.numpy()).to(device), torch.from_numpy(yb.numpy()).to(device)
-            opt.zero_grad()
-            torch.nn.functional.mse_loss(net(xg), yg).backward()
-            opt.step()
-        sync()
-        seconds += time.perf_counter() - start
+
+    def evaluate(epoch: int, model, loss_sum: float) -> dict:
         with torch.no_grad():
-            loss = float(torch.nn.functional.mse_loss(net(train_x), train_y))
-            z = net(test_x)[:, 0].double().cpu().numpy() * arrays["y_std"] + arrays["y_mean"]
+            loss = float(torch.nn.functional.mse_loss(model(train_x), train_y))
+            z = model(test_x)[:, 0].double().cpu().numpy() * arrays["y_std"] + arrays["y_mean"]
         mae = float(np.mean(np.abs(np.exp(z) - arrays["price_test"])))
-        history.append({"kind": "epoch", "framework": "pytorch", "optimizer": optimizer_name, "epoch": epoch + 1,
-                        "train_loss": loss, "test_mae": mae})
-    print(f"pytorch {optimizer_name}: loss {history[-1]['train_loss']:.3e}, {seconds:.1f} s", flush=True)
-    return history, seconds
+        return {"kind": "epoch", "optimizer": optimizer_name, "train_loss": loss, "test_mae": mae}
+
+    history, summary = torch_race.train(
+        mode, net, opt, torch.nn.functional.mse_loss, config["epochs"], device,
+        lambda epoch: ((xb.numpy(), yb.numpy()) for xb, yb in batches), after_epoch=evaluate)
+    for row in history:
+        row.pop("seconds")
+        row.pop("mode")
+    print(f"pytorch {mode} {optimizer_name}: loss {history[-1]['train_loss']:.3e}, "
+          f"{summary['train_seconds']:.1f} s", flush=True)
+    return history, summary["train_seconds"]
 
 
 def reaches(losses: list[float], target: float) -> int | None:
@@ -197,14 +200,15 @@ def main(argv: list[str] | None = None) -> int:
         runs["minitorch", optimizer_name] = train_minitorch(arrays, config, optimizer_name, state)
     torch_device = None
     if not args.no_torch:
-        try:
-            import torch
+        import torch_race
 
-            torch_device = "cuda" if device == "cuda" and torch.cuda.is_available() else "cpu"
-            for optimizer_name in ("sgd", "adam"):
-                runs["pytorch", optimizer_name] = train_pytorch(arrays, config, optimizer_name, state, torch_device)
-        except ImportError:
-            print("PyTorch is not installed: no comparison")
+        torch_device = "cuda" if device == "cuda" else "cpu"
+        rows += torch_race.skipped_rows(torch_device)
+        for mode, why in torch_race.availability(torch_device).items():
+            if why is None:
+                for optimizer_name in ("sgd", "adam"):
+                    runs[torch_race.framework(mode), optimizer_name] = train_pytorch(
+                        arrays, config, optimizer_name, state, torch_device, mode)
     for (framework, optimizer_name), (history, seconds) in runs.items():
         rows += history
         sgd_final = runs[framework, "sgd"][0][-1]["train_loss"]
@@ -212,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = {"kind": "summary", "framework": framework, "optimizer": optimizer_name, "train_seconds": seconds,
                    "final_loss": losses[-1], "test_mae": history[-1]["test_mae"], "baseline_mae": baseline,
                    "ratio": history[-1]["test_mae"] / baseline, "epoch_reaching_sgd_final_loss": reaches(losses, sgd_final)}
-        if framework == "pytorch":
+        if framework.startswith("pytorch"):
             summary["torch_device"] = torch_device
             summary["minitorch_over_pytorch_time"] = runs["minitorch", optimizer_name][1] / seconds
         rows.append(summary)

@@ -1,4 +1,4 @@
-"""Phase 6 deliverable benchmark: the MNIST CNN trained by minitorch against PyTorch eager, for the chapter.
+"""Phase 6 deliverable benchmark: the MNIST CNN trained by minitorch against PyTorch, for the chapter.
 
 Trains the lab's network with the lab's recipe (solutions/phase6_cnn.ipynb, "The deliverable"): the course's
 CNN, Adam with a learning rate of 2e-3 decayed along a cosine epoch by epoch, every training image moved by up
@@ -13,7 +13,10 @@ rows by ``kind``:
   epoch, learning rate, training loss, accuracy on the 10,000 test images, and ``seconds``: the epoch's
   training time (batches gathered on the host, copied, one step each; moving the images and the scoring after
   the epoch are not counted);
-- ``summary``: final accuracy, the median epoch time, and for minitorch the kernels one replay launches;
+- ``summary``: final accuracy, the median epoch time, and for minitorch the kernels one replay launches and
+  its ratio to each PyTorch run: eager (``framework: "pytorch"``), captured in a CUDA graph
+  (``"pytorch_graph"``) and through torch.compile (``"pytorch_compile"``), as ``benchmarks/torch_race.py``
+  runs them, each warmed by one short epoch first; a way that cannot run here is a ``kind: "skipped"`` row;
 - ``eager_epoch``: one epoch of minitorch without the graph (every launch from Python);
 - ``confusion``, ``mistakes`` (test images the model gets wrong, as uint8 pixels), ``filters`` (the first
   layer's 8 filters) and ``progress`` (the progress bar's last line): what the chapter's figures draw.
@@ -191,9 +194,13 @@ def eager_epoch(arrays: dict) -> dict:
     return {"kind": "eager_epoch", "framework": "minitorch", "seconds": seconds, "steps": steps}
 
 
-def train_pytorch(arrays: dict, config: dict, gpu: bool, recipe: str = LAB_RECIPE) -> tuple[list[dict], dict]:
-    """PyTorch eager: the same network from the same initial weights, the same batches and learning rates."""
+def train_pytorch(arrays: dict, config: dict, gpu: bool, recipe: str = LAB_RECIPE,
+                  mode: str = "eager") -> tuple[list[dict], dict]:
+    """PyTorch: the same network from the same initial weights, the same batches and learning rates; ``mode``
+    as ``torch_race`` runs it: eager, captured in a CUDA graph (a capturable Adam; captured again every epoch
+    at its learning rate, as minitorch's step is) or through torch.compile."""
     import torch
+    import torch_race
 
     dev = "cuda" if gpu else "cpu"
     net = torch.nn.Sequential(
@@ -204,39 +211,32 @@ def train_pytorch(arrays: dict, config: dict, gpu: bool, recipe: str = LAB_RECIP
         for p, t in zip(mnist_cnn().parameters(), net.parameters(), strict=True):
             value = p.numpy().T if p.ndim == 2 else p.numpy()  # minitorch's Linear is (in, out)
             t.copy_(torch.from_numpy(np.ascontiguousarray(value)))
-    adam = torch.optim.Adam(net.parameters(), lr=LEARNING_RATE)
+    adam = torch.optim.Adam(net.parameters(), lr=LEARNING_RATE, capturable=mode == "graph")
     y_train = arrays["y_train"]
     x_test = torch.from_numpy(arrays["x_test"]).to(dev)
     steps, epochs = len(arrays["orders"][0]) // BATCH, config["epochs"]
-    history = []
-    for epoch, order in enumerate(arrays["orders"]):
+
+    def set_rate(epoch: int) -> None:
         for group in adam.param_groups:
             group["lr"] = learning_rate(recipe, epoch, epochs)
-        x_train = epoch_images(arrays, recipe, epoch)
-        if gpu:
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        total = torch.zeros((), device=dev)
+
+    def batches(epoch: int):
+        x_train, order = epoch_images(arrays, recipe, epoch), arrays["orders"][epoch]
         for i in range(steps):
             chosen = order[i * BATCH:(i + 1) * BATCH]
-            xb, yb = torch.from_numpy(x_train[chosen]).to(dev), torch.from_numpy(y_train[chosen]).to(dev)
-            loss = torch.nn.functional.cross_entropy(net(xb), yb)
-            adam.zero_grad()
-            loss.backward()
-            adam.step()
-            total += loss.detach()
-        if gpu:
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - start
+            yield np.ascontiguousarray(x_train[chosen]), y_train[chosen]
+
+    def evaluate(epoch: int, model, loss_sum: float) -> dict:
         with torch.no_grad():
-            predicted = torch.cat([net(x_test[i:i + 1000]).argmax(dim=1) for i in range(0, len(x_test), 1000)])
+            predicted = torch.cat([model(x_test[i:i + 1000]).argmax(dim=1) for i in range(0, len(x_test), 1000)])
         accuracy = float((predicted.cpu().numpy() == arrays["y_test"]).mean())
-        history.append({"kind": "epoch", "framework": "pytorch", "recipe": recipe, "epoch": epoch + 1,
-                        "lr": adam.param_groups[0]["lr"], "train_loss": float(total) / steps,
-                        "test_accuracy": accuracy, "seconds": seconds})
-        print(f"pytorch epoch {epoch + 1}: accuracy {accuracy:.2%}, {seconds:.2f} s", flush=True)
-    summary = {"kind": "summary", "framework": "pytorch", "recipe": recipe, "test_accuracy": accuracy,
-               "epoch_seconds": statistics.median(h["seconds"] for h in history), "torch": torch.__version__}
+        print(f"pytorch {mode} epoch {epoch + 1}: accuracy {accuracy:.2%}", flush=True)
+        return {"kind": "epoch", "recipe": recipe, "lr": adam.param_groups[0]["lr"], "train_loss": loss_sum / steps,
+                "test_accuracy": accuracy}
+
+    history, summary = torch_race.train(mode, net, adam, torch.nn.functional.cross_entropy, epochs, dev, batches,
+                                        after_epoch=evaluate, before_epoch=set_rate, recapture_each_epoch=True)
+    summary.update(kind="summary", recipe=recipe, test_accuracy=history[-1]["test_accuracy"])
     return history, summary
 
 
@@ -321,14 +321,24 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         torch_ok = False
     if torch_ok:
-        train_pytorch(warm, {**config, "epochs": 1}, gpu)  # cuDNN's algorithm search, the allocator's first blocks
-        history, summary = train_pytorch(arrays, config, gpu)
-        rows += history
-        summaries.append(summary)
+        import torch_race
+
+        rows += torch_race.skipped_rows("cuda" if gpu else "cpu")
         ours = summaries[0]["epoch_seconds"]
-        summaries[0]["ratio_to_pytorch"] = ours / summary["epoch_seconds"]
-        print(f"one epoch: minitorch {ours:.2f} s, PyTorch eager {summary['epoch_seconds']:.2f} s: "
-              f"{summaries[0]['ratio_to_pytorch']:.2f} x", flush=True)
+        for mode, why in torch_race.availability("cuda" if gpu else "cpu").items():
+            if why is not None:
+                continue
+            # warm: cuDNN's algorithm search, the allocator's first blocks, Triton's compilation cache
+            train_pytorch(warm, {**config, "epochs": 1}, gpu, mode=mode)
+            history, summary = train_pytorch(arrays, config, gpu, mode=mode)
+            rows += history
+            summaries.append(summary)
+            key = "ratio_to_pytorch" if mode == "eager" else f"ratio_to_pytorch_{mode}"
+            summaries[0][key] = ours / summary["epoch_seconds"]
+            print(f"one epoch: minitorch {ours:.2f} s, PyTorch {mode} {summary['epoch_seconds']:.2f} s: "
+                  f"{summaries[0][key]:.2f} x", flush=True)
+    else:
+        rows.append({"kind": "skipped", "framework": "pytorch", "reason": "PyTorch is not installed, or sees no GPU"})
     rows += summaries
     out = Path(args.out) if args.out else (RESULTS if gpu else Path(tempfile.mkdtemp(prefix="phase6-bench-")))
     import common

@@ -9,6 +9,7 @@ them the chapter still builds, with a note saying which script to run.
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -79,7 +80,8 @@ def phase5_ladder() -> None:
     """The ladder at 1024^3 and 4096^3 (GFLOP/s of every rung, cuBLAS as a line), GFLOP/s against
     the size, and the text that quotes their numbers."""
     figs, texts = ["fig-phase5-ladder", "fig-phase5-sizes"], [
-        "phase5-ladder-text", "phase5-ladder-source", "phase5-autotune-text", "phase5-host-text"]
+        "phase5-ladder-text", "phase5-ladder-source", "phase5-autotune-text", "phase5-host-text",
+        "phase5-sizes-text"]
     res = latest("phase5_gemm")
     if res is None:
         _no_results(figs, texts, "the SGEMM ladder")
@@ -87,7 +89,9 @@ def phase5_ladder() -> None:
     data = _rows(res)
     raw = json.loads(res.path.read_text())
     glue_figure(figs[0], _ladder_figure(data))
-    glue_figure(figs[1], _sizes_figure(data))
+    stale = _stale_best(data, raw.get("autotune") or {})
+    glue_figure(figs[1], _sizes_figure(data, stale))
+    glue_md("phase5-sizes-text", _stale_text(stale, bool(raw.get("autotune"))))
     glue_md("phase5-ladder-source", res.provenance)
     glue_md("phase5-ladder-text", _ladder_text(data))
     glue_md("phase5-autotune-text", _autotune_text(raw.get("autotune") or {}, data))
@@ -114,7 +118,39 @@ def _ladder_figure(data):
     return fig
 
 
-def _sizes_figure(data):
+def _tuned_choice(autotune: dict, size: int) -> str | None:
+    """The kernel today's ``gemm.best()`` runs for a size³ product with this tuning table: the winner of the
+    nearest tuned size in ratio, a tie going to the larger (solutions/phase5_fast.ipynb, ``best``)."""
+    if not autotune:
+        return None
+    nearest = min(autotune, key=lambda s: (abs(math.log(size * size / int(s) ** 2)), -int(s)))
+    return autotune[nearest].get("kernel")
+
+
+def _stale_best(data, autotune: dict) -> dict[int, tuple[str, str]]:
+    """Sizes whose measured ``best_tuned`` ran other tiles than today's ``best()`` would choose: size ->
+    (tiles measured, tiles chosen now). Such a point predates a change of the rule, and is marked so."""
+    stale = {}
+    for size, row in data.get("best_tuned", {}).items():
+        now = _tuned_choice(autotune, size)
+        if now and row.get("tiles") and row["tiles"] != now:
+            stale[size] = (row["tiles"], now)
+    return stale
+
+
+def _stale_text(stale: dict[int, tuple[str, str]], tuned: bool) -> str:
+    if not tuned:
+        return "*This run did not autotune: the figure has no autotuned line.*"
+    if not stale:
+        return "Every point of the autotuned line ran the tiles that `best()` chooses for its size today."
+    parts = "; ".join(f"at {size}³ it ran `{then}`, where `best()` now runs `{now}`"
+                      for size, (then, now) in sorted(stale.items()))
+    return (f"The hollow points of the autotuned line are stale: {parts} (a tie between two tuned sizes now goes "
+            f"to the larger one). They are not measured again yet: `python {SCRIPT}` on a GPU does it.")
+
+
+def _sizes_figure(data, stale: dict | None = None):
+    stale = stale or {}
     fig, ax = plt.subplots(figsize=(9, 3.9))
     sizes = sorted(data["cublas"])
     ax.plot(sizes, [data["cublas"][s]["gflops"] / 1e3 for s in sizes], color="black", ls="--",
@@ -125,6 +161,10 @@ def _sizes_figure(data):
         xs = sorted(data[variant])
         ax.plot(xs, [data[variant][s]["gflops"] / 1e3 for s in xs], color=colour, marker="o",
                 ms=3, label=label, ls=":" if variant == "best_tuned" else "-")
+        if variant == "best_tuned" and stale:
+            old = sorted(s for s in stale if s in data[variant])
+            ax.plot(old, [data[variant][s]["gflops"] / 1e3 for s in old], ls="", marker="o", ms=7,
+                    markerfacecolor="white", markeredgecolor=colour, label="stale: measured before best() changed")
     ax.set_xscale("log", base=2)
     ax.set_xticks(sizes, [f"{s}" for s in sizes])
     ax.set_xlabel("M = N = K")

@@ -3,7 +3,8 @@
 - Python regions ``### BEGIN SOLUTION`` .. ``### END SOLUTION`` become ``# TODO: <hint>`` and
   ``raise NotImplementedError("<lab> / <heading>: <hint>")`` at the same indentation.
 - In ``%%kernel`` cells (CUDA C) ``// ### BEGIN SOLUTION`` .. ``// ### END SOLUTION`` become
-  ``// TODO: <hint>`` and ``MINITORCH_TODO("...");`` (the magic refuses such a source).
+  ``// TODO: <hint>`` and ``MINITORCH_TODO("...");`` (the magic refuses such a source, unless the file
+  defines ``#define MINITORCH_TODO(message)`` itself: then each unwritten kernel refuses to run, named).
 - The line right after BEGIN SOLUTION may be ``# HINT: ...`` / ``// HINT: ...``: it becomes the hint.
 - ``### BEGIN HIDDEN TESTS`` .. ``### END HIDDEN TESTS`` are removed (a cell left empty is dropped).
 - Outputs and execution counts are cleared; metadata is minimal so the output is byte-stable.

@@ -136,3 +136,60 @@ def test_cell_magics_write_and_check(workspace, monkeypatch, capsys):
     assert kernels.load_module("memory.py").X == 42
     with pytest.raises(SyntaxError):
         kernels.module_magic("memory.py", "def broken(:\n")
+
+
+STUBS_COMPILE = '''#define MINITORCH_TODO(message)
+__device__ float twice(float x) {
+    MINITORCH_TODO("rung 0: twice");
+    return 0.0f;
+}
+template <int N>
+__global__ void __launch_bounds__(256) scaled(float* out, long long n) {
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) out[i] = N * twice(1.0f);
+}
+extern "C" __global__ void filled(float* out, long long n) {
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) out[i] = 7.0f;
+}
+extern "C" __global__ void unwritten(float* out, long long n) {
+    // ### a learner's comment mentioning twice( and MINITORCH_TODO( is not a stub
+    MINITORCH_TODO("rung 2: unwritten");
+}
+'''
+
+
+def test_a_file_whose_stubs_compile_runs_its_written_kernels_and_names_the_unwritten(workspace):
+    """Lab 5's gemm.cu is climbed one rung at a time: with `#define MINITORCH_TODO(message)` the file is
+    saved and compiled while stubs are left; a written kernel runs, and an unwritten one (or one calling an
+    unwritten helper, through a template and __launch_bounds__) refuses to run, naming the function and
+    line. Without the define a stub still blocks the whole file."""
+    from minitorch import backend
+
+    kernels.write_source("gemm.cu", STUBS_COMPILE)
+    assert kernels.todo_stubs(STUBS_COMPILE) == [(3, "twice"), (15, "unwritten")]
+    out = backend.zeros((5,))
+    kernels.load_kernel("gemm.cu", "filled")((1,), (32,), (out, np.int64(5)))
+    assert backend.asnumpy(out).tolist() == [7.0] * 5
+    with pytest.raises(kernels.KernelNotWrittenError, match=r"unwritten in gemm.cu is not written yet: "
+                       r"MINITORCH_TODO is still in unwritten \(line 15\)\. .*Exercise 1: the SGEMM ladder"):
+        kernels.load_kernel("gemm.cu", "unwritten")
+    with pytest.raises(kernels.KernelNotWrittenError, match=r"scaled in gemm.cu .* twice \(line 3\), which it calls"):
+        kernels.load_kernel("gemm.cu", "scaled<2>", name_expressions=["scaled<2>"])
+    with pytest.raises(kernels.KernelStubError, match=r"unwritten \(line 14\)"):
+        kernels.write_source("gemm.cu", STUBS_COMPILE.split("\n", 1)[1])
+
+
+def test_lab5_gemm_cu_as_a_learner_gets_it_compiles_and_names_each_unwritten_rung(workspace):
+    """The generated lab's gemm.cu, every rung a stub: the %%kernel cell saves and compiles it, and each rung
+    (the templated ones through their instantiation, rung 9 through rung9_steps) refuses to run, naming
+    itself; the given split-K sum runs."""
+    lab = json.loads((ROOT / "labs" / "phase5_fast.ipynb").read_text())
+    cell = next(s for s in ("".join(c["source"]) for c in lab["cells"]) if s.startswith("%%kernel gemm.cu"))
+    kernels.kernel_magic("gemm.cu", cell.split("\n", 1)[1])
+    rungs = ["sgemm_1_naive", "sgemm_2_coalesced", "sgemm_3_shared", "sgemm_4_blocktile_1d",
+             "sgemm_5_blocktile_2d", "sgemm_6_vectorized", "sgemm_7_autotuned<128, 128, 8, 8, 8>",
+             "sgemm_8_warptiling", "sgemm_9_double_buffered<128, 128, 8, 32, 64, 0, 0>"]
+    for rung in rungs:
+        base = rung.split("<")[0]
+        with pytest.raises(kernels.KernelNotWrittenError, match=rf"^{base} in gemm.cu is not written yet"):
+            kernels.load_kernel("gemm.cu", rung, name_expressions=[rung] if "<" in rung else None)
+    assert kernels.load_kernel("gemm.cu", "sgemm_sum_splits").function == "sgemm_sum_splits"
