@@ -25,6 +25,7 @@ from minitorch.ops.dispatch import on_device
 from minitorch.ops.elementwise import add, add_bias, mul, relu, relu_backward, scalar_mul, sigmoid, sigmoid_backward
 from minitorch.ops.embedding import embedding, embedding_backward
 from minitorch.ops.gelu import gelu, gelu_backward
+from minitorch.ops.kv_cache import cached_attention, write_position_
 from minitorch.ops.layernorm import layer_norm, layer_norm_backward
 from minitorch.ops.linalg import matmul, transpose
 from minitorch.ops.loss import mse_backward, mse_loss
@@ -54,4 +55,6 @@ __all__ = [
     "attention", "attention_backward", "bmm", "clip_by_global_norm_", "embedding", "embedding_backward", "gelu",
     "gelu_backward", "layer_norm", "layer_norm_backward", "merge_heads", "attention_softmax", "attention_softmax_backward",
     "split_heads",
+    # KV-cached generation
+    "cached_attention", "write_position_",
 ]
