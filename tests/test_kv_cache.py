@@ -74,3 +74,45 @@ def test_the_decoder_refuses_a_position_out_of_order(solutions):
     decoder = kv_cache.KVCacheDecoder(nn.GPT(**CONFIG, device="cpu"), 1)
     with pytest.raises(ValueError, match="position 0 comes next"):
         decoder.step(np.array([1]), 1)
+
+
+@pytest.mark.parametrize("device", ["cpu", "emu"])
+@pytest.mark.parametrize("position", [0, 2, 36])
+def test_cached_attention_and_the_write_match_float64(solutions, device, position):
+    """37 cached positions (more than a warp's 32 lanes, so some lanes see hidden keys only), 3 heads of 5
+    columns, 2 sequences: the write leaves every other row as it was, and the attention of one query is
+    that of NumPy over the keys 0..position."""
+    from minitorch import ops
+
+    b, h, t, d = 2, 3, 37, 5
+    rng = np.random.default_rng(position)
+    cache = rng.standard_normal((b * h, t, d)).astype(np.float32)
+    cache[:, position:] = 0                                      # not written yet
+    values = rng.standard_normal((b * h, t, d)).astype(np.float32)
+    values[:, position:] = 0
+    new_k, new_v = rng.standard_normal((2, b * h, 1, d)).astype(np.float32)
+    q = rng.standard_normal((b, h, 1, d)).astype(np.float32)
+    one_hot = np.zeros((b * h, t), np.float32)
+    one_hot[:, position] = 1
+    mask = np.where(np.arange(t) <= position, 0, kv_cache.HIDDEN).astype(np.float32)[None].repeat(b * h, 0)
+
+    def dev(x):
+        return minitorch.tensor(x, device=device)
+
+    keys, vals = dev(cache), dev(values)
+    ops.write_position_(keys, dev(one_hot), dev(new_k))
+    ops.write_position_(vals, dev(one_hot), dev(new_v))
+    want_k, want_v = cache.copy(), values.copy()
+    want_k[:, position], want_v[:, position] = new_k[:, 0], new_v[:, 0]
+    np.testing.assert_array_equal(keys.numpy(), want_k)
+    np.testing.assert_array_equal(vals.numpy(), want_v)
+
+    y = ops.cached_attention(dev(q), keys, vals, dev(mask)).numpy()
+    k64, v64 = want_k[:, :position + 1].astype(np.float64), want_v[:, :position + 1].astype(np.float64)
+    scores = np.einsum("zd,ztd->zt", q.reshape(b * h, d).astype(np.float64), k64) / np.sqrt(d)
+    p = np.exp(scores - scores.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    want = np.einsum("zt,ztd->zd", p, v64).reshape(b, h, d).reshape(b, 1, h * d)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"mask must be \(6, 37\)"):
+        ops.cached_attention(dev(q), keys, vals, dev(mask[:, :5]))

@@ -23,6 +23,8 @@ from minitorch.tensor import INDEX, Tensor, from_numpy, zeros
 __all__ = ["KVCacheDecoder"]
 
 _GRAPH_DEVICES = ("cuda", "emu")
+# Added to the score of a key not written yet: exp(scale * (score + HIDDEN - max)) is exactly 0 in float32.
+HIDDEN = -1e30
 
 
 class KVCacheDecoder:
@@ -42,9 +44,10 @@ class KVCacheDecoder:
         self.keys = [zeros((rows, t, d), self.device, dtype=dt) for _ in range(model.n_layer)]
         self.values = [zeros((rows, t, d), self.device, dtype=dt) for _ in range(model.n_layer)]
         # Row t of each table, gathered on the device from the position id: where to write (the identity)
-        # and which keys to see (0 for keys 0..t, -inf after).
+        # and which keys to see (0 for keys 0..t, HIDDEN after: finite, so that a softmax kernel that keeps
+        # a running maximum never computes -inf - (-inf) for a lane whose keys are all hidden).
         self._one_hot = from_numpy(np.eye(t, dtype=dt), self.device, dtype=dt)
-        self._mask = from_numpy(np.where(np.tri(t, dtype=bool), 0, -np.inf).astype(dt), self.device, dtype=dt)
+        self._mask = from_numpy(np.where(np.tri(t, dtype=bool), 0, HIDDEN).astype(dt), self.device, dtype=dt)
         # The inputs a replay reads, refilled before each one.
         self._tokens = zeros((self.batch, 1), self.device, dtype=INDEX)
         self._position = zeros((1,), self.device, dtype=INDEX)

@@ -3,7 +3,7 @@ Phase 7 launchers (``bmm``, ``softmax_forward``, ``merge_heads``) and Phase 2's 
 
 The position being written is device data, not a kernel argument, so a step captured once into a graph
 (:mod:`minitorch.graph`) replays for every position: it arrives as a row of the identity (``one_hot``)
-and a row of an additive mask (0 for the keys written so far, -inf for the rest), both gathered on the
+and a row of an additive mask (0 for the keys written so far, a large negative number for the rest), both gathered on the
 device by the embedding kernel from the position's id.
 
 - ``write_position_``: cache[z, t] = new[z] in place, as cache += one_hot ⊗ new (a bmm with K = 1, then
@@ -46,7 +46,8 @@ def write_position_(cache: Tensor, one_hot: Tensor, new: Tensor) -> None:
 
 def cached_attention(q: Tensor, keys: Tensor, values: Tensor, mask: Tensor) -> Tensor:
     """Attention of one query a head against cached keys and values: q (B, H, 1, D), keys and values
-    (B·H, T, D), mask (B·H, T) added to the scores (0 where a key is visible, -inf where not) ->
+    (B·H, T, D), mask (B·H, T) added to the scores (0 where a key is visible, a large negative number such as -1e30
+    where not) ->
     y (B, 1, H·D), the heads merged as ``attention`` merges them."""
     check_tensors("cached_attention", q=q, keys=keys, values=values, mask=mask)
     if q.ndim != 4 or q.shape[2] != 1:
