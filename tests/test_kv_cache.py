@@ -14,6 +14,7 @@ from tests.test_transformer import NOTEBOOKS
 
 # A vocabulary, context and width that are no multiple of any tile; two layers, two heads.
 CONFIG = dict(vocab_size=11, block_size=6, d_model=16, n_head=2, n_layer=2, seed=4)
+DEVICES = ["cpu", "emu", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 @pytest.fixture
@@ -35,12 +36,12 @@ def captures(monkeypatch):
     return count
 
 
-@pytest.mark.parametrize("device", ["cpu", "emu"])
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("prompt, temperature", [(2, 1.0), (1, 0.0), (8, 1.0)])
 def test_cached_generation_gives_the_tokens_of_uncached_generation(solutions, captures, device, prompt,
                                                                    temperature):
     """Two sequences, past block_size (the cropped window recomputed), from a prompt shorter or longer
-    than the context; on emu the step and the window are each captured once and replayed."""
+    than the context; on emu and cuda the step and the window are each captured once and replayed."""
     model = nn.GPT(**CONFIG, device=device)
     start = np.random.default_rng(prompt).integers(0, CONFIG["vocab_size"], (2, prompt))
     n = 10 - prompt
@@ -48,13 +49,13 @@ def test_cached_generation_gives_the_tokens_of_uncached_generation(solutions, ca
     uncached = model.generate(start, n, temperature, seed=7, use_cache=False).numpy()
     assert cached.shape == (2, prompt + n) and cached.dtype == np.int32
     np.testing.assert_array_equal(cached, uncached)
-    if device == "emu":
+    if device != "cpu":
         assert len(captures) == (1 if prompt > CONFIG["block_size"] else 2)
     else:
         assert not captures
 
 
-@pytest.mark.parametrize("device", ["cpu", "emu"])
+@pytest.mark.parametrize("device", DEVICES)
 def test_each_cached_step_gives_the_full_forward_passs_last_row(solutions, device):
     model = nn.GPT(**CONFIG, device=device)
     t = CONFIG["block_size"]
@@ -76,7 +77,7 @@ def test_the_decoder_refuses_a_position_out_of_order(solutions):
         decoder.step(np.array([1]), 1)
 
 
-@pytest.mark.parametrize("device", ["cpu", "emu"])
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("position", [0, 2, 36])
 def test_cached_attention_and_the_write_match_float64(solutions, device, position):
     """37 cached positions (more than a warp's 32 lanes, so some lanes see hidden keys only), 3 heads of 5
