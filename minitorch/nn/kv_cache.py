@@ -15,10 +15,15 @@ the cropped window is recomputed, a full forward pass of (B, block_size) ids, it
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from minitorch import graph, ops
 from minitorch.tensor import INDEX, Tensor, from_numpy, zeros
+
+if TYPE_CHECKING:
+    from minitorch.nn.transformer import GPT
 
 __all__ = ["KVCacheDecoder"]
 
@@ -35,7 +40,7 @@ class KVCacheDecoder:
     returns those after the last of (B, block_size) ids, the whole window recomputed.
     """
 
-    def __init__(self, model: object, batch: int) -> None:
+    def __init__(self, model: GPT, batch: int) -> None:
         self.model, self.batch = model, int(batch)
         weight = model.wte.weight
         self.device, dt = weight.device, weight.dtype
