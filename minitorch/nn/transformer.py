@@ -16,6 +16,7 @@ import numpy as np
 
 from minitorch import backend, functional, ops
 from minitorch.autograd import no_grad
+from minitorch.nn.kv_cache import KVCacheDecoder
 from minitorch.nn.linear import Linear
 from minitorch.nn.module import Module, ModuleList
 from minitorch.tensor import INDEX, DTypeLike, Tensor, _check_device, check_dtype, from_numpy
@@ -203,12 +204,20 @@ class GPT(Module):
                 x = block(x)
         return maps
 
-    def generate(self, idx: Any, n: int, temperature: float = 1.0, *, seed: int | None = None) -> Tensor:
+    def generate(self, idx: Any, n: int, temperature: float = 1.0, *, seed: int | None = None,
+                 use_cache: bool = True) -> Tensor:
         """``idx`` (B, T0) followed by ``n`` sampled tokens: (B, T0 + n) int32 ids on the model's device.
 
         Each new token is drawn from softmax(logits / temperature) of the last position, the context cropped
         to the last block_size tokens; ``temperature=0`` takes the most likely token. Sampling runs on the
         host from ``seed`` (NumPy), in float64.
+
+        ``use_cache``: keep the keys and values of earlier positions on the device and compute one new
+        position a token (:mod:`minitorch.nn.kv_cache`; a graph replayed per token on cuda and emu) while
+        the sequence fits in block_size; past it, recompute the cropped window each token (captured too).
+        The same kernels compute the same scores, so the tokens are those of ``use_cache=False`` for the
+        same seed, unless a logit's last-bit rounding (matrix products of 1 row instead of T) moves a draw
+        across a boundary of the cumulative distribution.
         """
         ids = idx.numpy() if isinstance(idx, Tensor) else np.asarray(idx)
         if ids.ndim == 1:
@@ -226,11 +235,27 @@ class GPT(Module):
         rng = np.random.default_rng(seed)
         ids = ids.astype(INDEX)
         with no_grad():
+            if use_cache and n:
+                return from_numpy(self._generate_cached(ids, n, temperature, rng), device)
             for _ in range(n):
                 context = from_numpy(np.ascontiguousarray(ids[:, -self.block_size:]), device)
                 logits = self(context).numpy()[:, -1, :].astype(np.float64)
                 ids = np.concatenate([ids, sample_next(logits, temperature, rng)[:, None]], axis=1)
         return from_numpy(ids, device)
+
+    def _generate_cached(self, ids: np.ndarray, n: int, temperature: float, rng: np.random.Generator) -> np.ndarray:
+        decoder = KVCacheDecoder(self, ids.shape[0])
+        fed = 0                                            # positions in the cache
+        for _ in range(n):
+            length = ids.shape[1]
+            if length <= self.block_size:                  # feed the tokens the cache lacks, one a step
+                while fed < length:
+                    logits = decoder.step(ids[:, fed], fed)
+                    fed += 1
+            else:                                          # the context is full: the cropped window
+                logits = decoder.window(ids[:, -self.block_size:])
+            ids = np.concatenate([ids, sample_next(logits, temperature, rng)[:, None]], axis=1)
+        return ids
 
     def extra_repr(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.config.items())

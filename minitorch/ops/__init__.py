@@ -25,6 +25,7 @@ from minitorch.ops.dispatch import on_device
 from minitorch.ops.elementwise import add, add_bias, mul, relu, relu_backward, scalar_mul, sigmoid, sigmoid_backward
 from minitorch.ops.embedding import embedding, embedding_backward
 from minitorch.ops.gelu import gelu, gelu_backward
+from minitorch.ops.kv_cache import cached_attention, write_position_
 from minitorch.ops.layernorm import layer_norm, layer_norm_backward
 from minitorch.ops.linalg import matmul, product_dtype, transpose
 from minitorch.ops.loss import mse_backward, mse_loss
@@ -57,4 +58,6 @@ __all__ = [
     "split_heads",
     # Phase 8a
     "autocast_dtype", "convert", "product_dtype", "set_autocast_dtype",
+    # KV-cached generation
+    "cached_attention", "write_position_",
 ]
