@@ -439,7 +439,8 @@ def test_rung_has_no_shared_memory_race(variant):
     from minitorch import emu
 
     with emu.check_mode():
-        run_hgemm(variant, 40, 72, 136, "float16", False, False, False, salt="race")  # 16-byte copies
+        # 16-byte copies, 9 steps of K (rung 5's ring of 4 stages turns twice)
+        run_hgemm(variant, 40, 264, 136, "float16", False, False, False, salt="race")
         run_hgemm(variant, 33, 40, 17, "bfloat16", True, True, True, salt="race")  # element by element
 
 
@@ -576,3 +577,34 @@ def test_perf_wgmma_reported(dtype, record_property):
     if not _has_sm90():
         pytest.skip("not measured: rung 6 (wgmma) needs an sm_90 GPU (H100/H200)")
     pytest.skip("not measured: rung 6 (wgmma + TMA) is not among the graded files (see the chapter's benchmark)")
+
+
+# The GPT's training products at B·T = 4096 rows and d_model 768 (benchmarks/phase8a_hgemm.py's gpt_d768 shapes):
+# (name, M, K, N, transpose_a, transpose_b). The weight gradient reads X stored (rows, d) as Xᵀ; dX reads W as Wᵀ.
+GPT_SHAPES = [("fc_fwd", 4096, 768, 3072, False, False), ("fc_dx", 4096, 3072, 768, False, True),
+              ("fc_dw", 768, 4096, 3072, True, False)]
+
+
+@pytest.mark.perf
+@pytest.mark.parametrize("name, m, k, n, ta, tb", GPT_SHAPES, ids=[s[0] for s in GPT_SHAPES])
+def test_perf_best_at_the_gpt_training_shapes(name, m, k, n, ta, tb, record_property):
+    """variant='best' (bf16, 16-bit output) on the products of a GPT's training step, against torch.matmul on
+    the same layouts: reported, never required."""
+    cupy = _gpu()
+    try:
+        import torch
+    except ImportError:
+        pytest.skip("not measured: PyTorch is not installed (cuBLAS bf16 through torch.matmul)")
+    x = torch.empty((k, m) if ta else (m, k), dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
+    y = torch.empty((n, k) if tb else (k, n), dtype=torch.bfloat16, device="cuda").uniform_(-1, 1)
+    z = torch.empty((m, n), dtype=torch.bfloat16, device="cuda")
+    op_x, op_y = (x.t() if ta else x), (y.t() if tb else y)
+    rs = cupy.random.RandomState(4)  # bf16 operands (truncated: their values do not matter here)
+    a = (rs.uniform(-1, 1, x.shape, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    b = (rs.uniform(-1, 1, y.shape, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    out = cupy.empty((m, n), np.uint16)
+    hg = hgemm_module()
+    checks.perf_ratio(f"best (bf16) at the GPT's {name} ({m} x {k} x {n})",
+                      lambda: hg.hgemm(a, b, out, "bfloat16", "best", transpose_a=ta, transpose_b=tb),
+                      lambda: torch.matmul(op_x, op_y, out=z), 2 * m * n * k, "phase8a.reported_only",
+                      record_property, unit="GFLOP/s", reference_name="torch.matmul (bf16, cuBLAS)")
