@@ -123,7 +123,11 @@ def test_readme_gpu_path_installs_cupy_and_what_the_labs_race_against(monkeypatc
                     and any(a.name == "torch" for a in n.names) and id(n) not in guarded]
             assert not bare, f"{lab.name} cell {i} imports torch without a guard (line {bare})"
             if 'optional_import("torch"' in source:
-                exec(compile(source, f"{lab.name}[{i}]", "exec"), {"DEVICE": "cuda", "testing": testing, "trained": True})
+                try:
+                    exec(compile(source, f"{lab.name}[{i}]", "exec"), {"DEVICE": "cuda", "testing": testing, "trained": True})
+                except ModuleNotFoundError as err:  # past the skip, a cell may go on with CuPy (Phase 8a: fp16
+                    if err.name != "cupy":            # against cupy.matmul), which the GPU path brings and this
+                        raise                         # machine lacks
                 printed = capsys.readouterr().out
                 assert printed.startswith("skipped ") and "PyTorch is not installed" in printed, printed
                 ran += 1
