@@ -23,7 +23,8 @@ Runs on the reference solution files of Phases 1-7 (a temporary workspace) and w
 
 On a GPU: ``python benchmarks/phase7_gpt.py`` (about three minutes on an H100, torch.compile's compilation included). ``--small`` runs every line on the
 emulator with a reduced model, a few steps and tiny kernels (PyTorch on the cpu), and writes its JSON into a
-temporary directory: a check of the script, whose numbers say nothing about a GPU. ``--calibrate 0,1,2,3`` trains
+temporary directory: a check of the script, whose numbers say nothing about a GPU. ``--kernels-only`` prints the
+bandwidth rows and stops (seconds, no JSON). ``--calibrate 0,1,2,3`` trains
 the lab's reduced configuration on the emulator from those seeds: the calibration of its bar.
 """
 
@@ -590,6 +591,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", action="store_true",
                         help="the emulator, a reduced model, a few steps, tiny kernels: a check of this script")
     parser.add_argument("--workspace", help="a workspace that already holds the Phase 1-7 files")
+    parser.add_argument("--kernels-only", action="store_true",
+                        help="only the bandwidth rows (LayerNorm, softmax), printed: no JSON written, no training")
     parser.add_argument("--calibrate", metavar="SEEDS", help="train the lab's reduced configuration on the "
                         "emulator from these seeds (e.g. 0,1,2,3) and write phase7_gpt_reduced-<device>.json")
     args = parser.parse_args(argv)
@@ -613,6 +616,9 @@ def main(argv: list[str] | None = None) -> int:
         return calibrate([int(seed) for seed in args.calibrate.split(",")])
     name = gpu_name() if device == "cuda" else emulator_name()
     print(f"device: {name}", flush=True)
+    if args.kernels_only:  # a quick look at the kernels: the JSON comes from full runs only
+        bandwidth_rows(device, args.small)
+        return 0
     rows = bandwidth_rows(device, args.small) + attention_rows(device, args.small)
     training, config = train_both(device, SMALL if args.small else FULL)
     if args.small:  # a check of the script: its numbers are no figure for the book

@@ -303,7 +303,7 @@ def _phase7(function: str):
             grid, threads = 2, 64
             dx, wp, bp = poisoned((rows, cols)), poisoned((grid, cols)), poisoned((grid, cols))
             launch("layernorm.cu", (grid,), (threads,), dev(g), dev(x), dev(w), dev(m), dev(np.full(rows, 0.5)), dx,
-                   wp, bp, np.int32(rows), np.int32(cols), shared_mem=2 * cols * 4)
+                   wp, bp, np.int32(rows), np.int32(cols), shared_mem=threads // 32 * 2 * cols * 4)  # a warp's sums
             xhat = (x - m[:, None]) * 0.5
             gw = g.astype(np.float64) * w
             expected_dx = 0.5 * (gw - gw.mean(axis=1, keepdims=True)
