@@ -16,7 +16,7 @@ from minitorch import backend
 from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch
 from minitorch.tensor import Tensor
 
-VARIANTS = ("direct", "im2col", "tiled", "best")
+VARIANTS = ("direct", "im2col", "tiled", "igemm", "winograd", "best")
 
 
 def _int(op: str, name: str, value: object, low: int) -> int:
