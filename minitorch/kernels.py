@@ -196,18 +196,91 @@ def _not_written(filename: str) -> KernelNotWrittenError:
         f"\"{where.cell}\" in {where.lab} (workspace: {workspace_dir()}).")
 
 
-_FUNCTION = re.compile(r"\b(?:__global__|__device__)\b.*?\b(\w+)\s*\(")
+# A file whose stubs compile says so with this line; each stub then expands to nothing, and
+# load_kernel refuses a kernel that is not written yet (or calls a function that is not), naming it.
+TODO_DEFINE = "#define MINITORCH_TODO(message)"
+_TODO_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+" + TODO_MARKER + r"[ \t]*\(", re.M)
+_CALL = re.compile(r"\b(\w+)\s*\(")
+_NOT_NAMES = {"__launch_bounds__", "__align__", "alignas", "__attribute__", "decltype", "sizeof", "if", "for",
+              "while", "switch", "return", "float", "int", "double", "void", "unsigned", "long", "char"}
+
+
+def stubs_compile(text: str) -> bool:
+    """Whether the source defines ``MINITORCH_TODO`` itself: its unwritten parts compile to nothing."""
+    return bool(_TODO_DEFINE.search(text))
+
+
+def _blank_comments_and_strings(text: str) -> str:
+    """The source with comments and string literals blanked out, every newline kept (lines still match)."""
+    def blank(match: re.Match) -> str:
+        return re.sub(r"[^\n]", " ", match.group(0))
+    return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"', blank, text, flags=re.S)
+
+
+def functions(text: str) -> dict[str, tuple[int, int, str]]:
+    """The functions a CUDA C source defines at its top level: name -> (first line, last line, body with
+    comments and strings blanked). Templates and ``__launch_bounds__`` between the type and the name are
+    understood; a brace at the top level that opens no function (an initialiser) is skipped."""
+    code = _blank_comments_and_strings(text)
+    found: dict[str, tuple[int, int, str]] = {}
+    depth, header_start, open_at, name = 0, 0, 0, None
+    for i, ch in enumerate(code):
+        if ch == "{":
+            if depth == 0:
+                header = re.sub(r"^[ \t]*#[^\n]*", "", code[header_start:i], flags=re.M)
+                names = [m.group(1) for m in _CALL.finditer(header) if m.group(1) not in _NOT_NAMES]
+                name, open_at = (names[0] if names else None), header_start
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                if name is not None:
+                    first = len(code) - len(code[open_at:].lstrip())  # the header's first character
+                    start = code.count("\n", 0, first) + 1
+                    found[name] = (start, code.count("\n", 0, i) + 1, code[open_at:i + 1])
+                header_start, name = i + 1, None
+        elif ch == ";" and depth == 0:
+            header_start = i + 1
+    return found
 
 
 def todo_stubs(text: str) -> list[tuple[int, str]]:
     """(line, the function it is in) of every TODO stub of a CUDA C source, in order."""
-    found, function = [], "the file's top level"
-    for number, line in enumerate(text.splitlines(), 1):
-        if (match := _FUNCTION.search(line)) and not line.lstrip().startswith("//"):
-            function = match.group(1)
-        if TODO_MARKER + "(" in line and not line.lstrip().startswith("//"):
-            found.append((number, function))
+    spans = functions(text)
+    found = []
+    for number, line in enumerate(_blank_comments_and_strings(text).splitlines(), 1):
+        if TODO_MARKER + "(" in line and not line.lstrip().startswith("#"):
+            inside = next((f for f, (first, last, _) in spans.items() if first <= number <= last),
+                          "the file's top level")
+            found.append((number, inside))
     return found
+
+
+def unwritten_parts(text: str, function: str) -> list[tuple[int, str]]:
+    """The TODO stubs that ``function`` (a kernel, or a template instantiation such as ``f<1, 2>``) would
+    run: those in its own body and in every function it calls, directly or not."""
+    spans = functions(text)
+    stubs = todo_stubs(text)
+    stubbed = {f for _, f in stubs}
+    seen, todo = set(), [function.split("<", 1)[0].strip()]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in spans:
+            continue
+        seen.add(name)
+        body = spans[name][2]
+        todo += [other for other in spans if other != name and re.search(rf"\b{re.escape(other)}\b", body)]
+    return [(line, f) for line, f in stubs if f in seen and f in stubbed]
+
+
+def _part_not_written(filename: str, function: str, left: list[tuple[int, str]]) -> KernelNotWrittenError:
+    where = KERNEL_FILES.get(filename)
+    cell = f'the cell "{where.cell}" in {where.lab}' if where else f"the cell that writes {filename}"
+    base = function.split("<", 1)[0].strip()
+    parts = ", ".join(f"{f} (line {line})" + ("" if f == base else ", which it calls") for line, f in left)
+    return KernelNotWrittenError(
+        f"{base} in {filename} is not written yet: {TODO_MARKER} is still in {parts}. Write it in {cell}, "
+        f"run that cell, then run this one again (the other kernels of {filename} run meanwhile).")
 
 
 def _stub_error(filename: str, text: str) -> KernelStubError:
@@ -233,7 +306,7 @@ def read_source(filename: str) -> str:
 def write_source(filename: str, text: str) -> Path:
     """Write a learner file atomically (a crash mid-write never leaves half a kernel behind)."""
     path = source_path(filename)
-    if TODO_MARKER in text:
+    if TODO_MARKER in text and not stubs_compile(text):
         raise _stub_error(filename, text)
     global writes
     writes += 1  # what was derived from the workspace's files (minitorch.allocator) looks again
@@ -595,6 +668,8 @@ def load_kernel(filename: str, function: str, options: Sequence[str] = (),
     if cached is not None and cached[0] == stamp:
         return cached[1]
     source = read_source(filename)
+    if stubs_compile(source) and (left := unwritten_parts(source, function)):
+        raise _part_not_written(filename, function, left)
     module = compile_module(filename, source, options, name_expressions)
     signatures = kernel_signatures(source)
     if function not in signatures and not name_expressions:
@@ -692,6 +767,9 @@ def kernel_magic(line: str, cell: str) -> None:
     compile_module(filename, cell)
     names = ", ".join(kernel_signatures(cell)) or "no extern \"C\" kernels"
     print(_summary(path, cell) + f"; compiled for '{device}': {names}")
+    if stubs_compile(cell) and (stubs := todo_stubs(cell)):
+        left = ", ".join(dict.fromkeys(f for _, f in stubs))
+        print(f"not written yet (each refuses to run, the rest run): {left}")
 
 
 def module_magic(line: str, cell: str) -> None:
