@@ -218,7 +218,8 @@ def test_conv_forward_values(variant, shape):
 
 
 @pytest.mark.kernel("conv.cu", "conv2d_direct")
-@pytest.mark.parametrize("kernel", ["conv2d_direct", "im2col", "gemm_to_nchw", "conv2d_backward_input", "col2im"])
+@pytest.mark.parametrize("kernel", ["conv2d_direct", "im2col", "gemm_to_nchw", "conv2d_backward_input", "col2im",
+                                    "splitk_reduce"])
 @pytest.mark.parametrize("shape", [(2, 3, 9, 7, 4, 3, 1, 1), (2, 3, 9, 7, 4, (3, 5), 1, 1)], ids=shape_id)
 @pytest.mark.hint("a grid-stride loop (i += gridDim.x * blockDim.x) lets any grid cover any number of elements")
 def test_conv_kernels_cover_any_grid(shape, kernel):
@@ -243,6 +244,11 @@ def test_conv_kernels_cover_any_grid(shape, kernel):
         y = checks.poison((n, k, p, q))
         args = (backend.asarray(g), backend.asarray(b_h), y, np.int32(n), np.int32(k), np.int32(p * q))
         outputs = {"y": (y, dy_h.astype(np.float64) + b_h[None, :, None, None])}
+    elif kernel == "splitk_reduce":
+        parts = dy_h.reshape(n, -1)  # n partial sums of k * p * q values each
+        out = checks.poison(parts.shape[1])
+        args = (backend.asarray(parts), out, np.int32(n), np.int64(parts.shape[1]))
+        outputs = {"out": (out, parts.astype(np.float64).sum(axis=0))}
     elif kernel == "conv2d_backward_input":
         dx = checks.poison((n, c, h, w))
         args = (backend.asarray(dy_h), backend.asarray(w_h), dx, *ints)
