@@ -48,3 +48,25 @@ def test_best_runs_the_fastest_measured_rung(path):
             f"{shape_name} {pass_}: best() runs {chosen} ({rungs[chosen]['ratio']:.3f}x cuDNN) where {fastest} "
             f"measured {rungs[fastest]['ratio']:.3f}x")
     assert checked or not unmeasured, f"{path.name}: best() runs rungs this file never measured: {unmeasured}"
+
+
+def test_best_runs_the_tuned_rung_of_this_device_and_shape(workspace):
+    """autotune()'s table (conv_tuning.json: device -> pass -> shape -> rung) decides, per device and shape; a
+    tuned rung that cannot compute the shape (Winograd for a 5 x 5 filter), another device's entry, or an
+    untuned shape fall back to default_variant()."""
+    from minitorch import backend
+
+    cv = conv_module()
+    device = cv.device_name()
+    assert device == backend.get_device()  # off the GPU, the device's own name (no gemm.py needed)
+    resnet = cv.conv_shape((64, 64, 56, 56), (64, 64, 3, 3), 1, 1)
+    five = cv.conv_shape((2, 3, 9, 9), (4, 3, 5, 5), 1, 2)
+    table = {device: {"forward": {cv.shape_key(resnet, 1): "winograd", cv.shape_key(five, 1): "winograd"},
+                      "weight": {cv.shape_key(resnet, 1): "direct"}},
+             "another GPU": {"input": {cv.shape_key(resnet, 1): "im2col"}}}
+    (workspace / cv.TUNING_FILE).write_text(json.dumps(table))
+    assert cv.best("forward", resnet, 1) == "winograd"
+    assert cv.best("weight", resnet, 1) == "direct"
+    assert cv.best("input", resnet, 1) == cv.default_variant("input", resnet, 1) == "igemm"
+    assert cv.best("forward", five, 1) == cv.default_variant("forward", five, 1) == "tiled"
+    assert not cv.applicable("forward", "winograd", five, 1)
