@@ -46,7 +46,7 @@ SCRIPTS = {"phase6_conv": "benchmarks/phase6_conv.py", "phase6_mnist": "benchmar
 SKY = "#56B4E9"  # Okabe-Ito's sky blue, for the Winograd rung
 # The rungs in the ladder's order; a rung the JSON does not hold (measured before it existed) is absent.
 VARIANT_STYLE = {"direct": VERMILLION, "im2col": ORANGE, "tiled": GREEN, "igemm": PURPLE, "winograd": SKY,
-                 "best": BLUE, "cudnn": GREY}
+                 "best": BLUE, "best_tuned": "#0B3C5D", "cudnn": GREY}
 PASS_LABEL = {"forward": "forward", "backward_input": "input gradient", "backward_weight": "weight gradient",
               "backward_bias": "bias gradient"}
 SHAPE_LABEL = {"mnist-conv1": "MNIST layer 1 (64×1×28×28 → 8)", "mnist-conv2": "MNIST layer 2 (64×8×14×14 → 16)",
@@ -174,7 +174,11 @@ def phase6_conv_ladder(fig_name: str = "fig-phase6-conv", text_name: str = "phas
         if not ours or not ref:
             return "not measured"
         said = f"{ours[0]['ratio']:.2f}× ({fmt_time(ours[0]['seconds'])} against {fmt_time(ref[0]['seconds'])})"
-        rungs = [r for r in rows if r["shape"] == shape and r["pass"] == pass_ and r["variant"] not in ("best", "cudnn")]
+        tuned = [r for r in rows if r["shape"] == shape and r["pass"] == pass_ and r["variant"] == "best_tuned"]
+        if tuned:
+            said += f" ({tuned[0]['ratio']:.2f}× after `autotune()`, which chose `{tuned[0]['tuned']}`)"
+        rungs = [r for r in rows if r["shape"] == shape and r["pass"] == pass_
+                 and r["variant"] not in ("best", "best_tuned", "cudnn")]
         fastest = max(rungs, key=lambda r: r["ratio"], default=None)
         if fastest is not None and fastest["ratio"] > 1.05 * ours[0]["ratio"]:  # a rule older than this run's rungs
             said += f", where the {fastest['variant']} rung ran at {fastest['ratio']:.2f}×"

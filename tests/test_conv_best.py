@@ -70,3 +70,44 @@ def test_best_runs_the_tuned_rung_of_this_device_and_shape(workspace):
     assert cv.best("input", resnet, 1) == cv.default_variant("input", resnet, 1) == "igemm"
     assert cv.best("forward", five, 1) == cv.default_variant("forward", five, 1) == "tiled"
     assert not cv.applicable("forward", "winograd", five, 1)
+
+
+def test_autotune_stores_the_fastest_checked_rung_and_best_runs_it(workspace):
+    """autotune() on the emulator with a given timer (on a GPU: CUDA events): every applicable rung of every pass
+    checked and timed, the fastest stored under this device and shape, and best() runs it from then on; a rung
+    that cannot compute the shape (Winograd at stride 2) is never timed."""
+    from minitorch import backend
+
+    for notebook in ("phase1_memory.ipynb", "phase5_fast.ipynb", "phase6_cnn.ipynb"):
+        for name, text in solution_files(notebook).items():
+            (workspace / name).write_text(text)
+    previous = backend.get_device()
+    backend.set_device("emu")
+    try:
+        _autotune_on_emu(workspace)
+    finally:
+        backend.set_device(previous)
+
+
+def _autotune_on_emu(workspace):
+    cv = conv_module()
+    preferred = {"winograd": 1e-6, "direct": 2e-6, "tiled": 3e-6}  # Winograd, else direct, fastest
+    timed = []
+
+    def timer(fn):
+        fn()
+        variant = fn.__defaults__[0]
+        timed.append(variant)
+        return preferred.get(variant, 5e-6)
+
+    layers = [(1, 2, 6, 7, 3, 3, 3, 1, 1), (1, 2, 7, 7, 3, 3, 3, 2, 0)]
+    table = cv.autotune(layers, verbose=False, timer=timer)
+    entries = table[cv.device_name()]
+    s1 = cv.conv_shape((1, 2, 6, 7), (3, 2, 3, 3), 1, 1)
+    s2 = cv.conv_shape((1, 2, 7, 7), (3, 2, 3, 3), 2, 0)
+    assert entries["forward"][cv.shape_key(s1, 1)] == "winograd"
+    assert entries["forward"][cv.shape_key(s2, 2)] == "direct"   # no Winograd at stride 2
+    assert entries["weight"][cv.shape_key(s1, 1)] == "direct"
+    assert timed.count("winograd") == 1 and timed.count("igemm") == 6
+    assert json.loads((workspace / cv.TUNING_FILE).read_text()) == table
+    assert cv.best("forward", s1, 1) == "winograd" != cv.default_variant("forward", s1, 1)
