@@ -156,7 +156,7 @@ def phase6_conv_ladder(fig_name: str = "fig-phase6-conv", text_name: str = "phas
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
         ax.set_yscale("log")
         ax.set_xticks(range(len(passes)))
-        ax.set_xticklabels([PASS_LABEL[p] for p in passes], fontsize=8)
+        ax.set_xticklabels([PASS_LABEL[p].replace(" ", "\n") for p in passes], fontsize=8)
         ax.set_title(SHAPE_LABEL[shape], fontsize=9)
     axes[0][0].set_ylabel("× cuDNN's speed (log)")
     measured = {r["variant"] for r in rows}
@@ -173,7 +173,8 @@ def phase6_conv_ladder(fig_name: str = "fig-phase6-conv", text_name: str = "phas
         ref = [r for r in rows if r["shape"] == shape and r["pass"] == pass_ and r["variant"] == "cudnn"]
         if not ours or not ref:
             return "not measured"
-        said = f"{ours[0]['ratio']:.2f}× ({fmt_time(ours[0]['seconds'])} against {fmt_time(ref[0]['seconds'])})"
+        said = (f"{ours[0]['ratio']:.2f}× cuDNN's speed ({fmt_time(ours[0]['seconds'])} against "
+                f"{fmt_time(ref[0]['seconds'])})")
         tuned = [r for r in rows if r["shape"] == shape and r["pass"] == pass_ and r["variant"] == "best_tuned"]
         if tuned:
             said += f" ({tuned[0]['ratio']:.2f}× after `autotune()`, which chose `{tuned[0]['tuned']}`)"
@@ -184,7 +185,7 @@ def phase6_conv_ladder(fig_name: str = "fig-phase6-conv", text_name: str = "phas
             said += f", where the {fastest['variant']} rung ran at {fastest['ratio']:.2f}×"
         return said
 
-    text = " ".join(f"On {SHAPE_LABEL[s]}, `best` ran the forward pass at {best(s, 'forward')} cuDNN's speed, the "
+    text = " ".join(f"On {SHAPE_LABEL[s]}, `best` ran the forward pass at {best(s, 'forward')}, the "
                     f"input gradient at {best(s, 'backward_input')}, the weight gradient at "
                     f"{best(s, 'backward_weight')} and the bias gradient at {best(s, 'backward_bias')}."
                     for s in shapes)
