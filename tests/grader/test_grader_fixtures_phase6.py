@@ -193,37 +193,33 @@ def test_winograd_filter_transform_with_one_wrong_coefficient_is_named(tmp_path)
     assert all(c["result"] == "PASS" for name, c in forward.items() if "igemm" in name), forward
 
 
-def test_implicit_gemm_reading_the_padding_as_data_is_rejected(tmp_path):
-    """conv2d_igemm staging the nearest pixel of the image where the window leaves it (replicate padding) instead of
-    0: right without padding, wrong exactly at the outputs whose window reaches into the padding."""
+def test_implicit_gemm_reading_padding_as_data_and_split_k_without_final_reduction_are_named(tmp_path):
+    """Two mistakes in one workspace (no test runs both kernels): conv2d_igemm staging the nearest pixel of the
+    image where the window leaves it (replicate padding) instead of 0, right without padding and wrong exactly at
+    the outputs whose window reaches into the padding; and the weight gradient's chunks each written straight into
+    dw, no partial buffer and no splitk_reduce, right where the positions fit one chunk and a partial sum (the last
+    chunk's) where they do not."""
     files = solution_sources()
     files["conv.cu"] = replace_once(
         files["conv.cu"],
         "                if (h >= 0 && h < H && wc >= 0 && wc < W) {\n                    v = xn[",
         "                h = min(max(h, 0), H - 1);\n                wc = min(max(wc, 0), W - 1);\n"
         "                {\n                    v = xn[")
-    report = grade(tmp_path, files, "-k", "test_conv_forward_values and igemm and (1x2x5x4 or 2x3x7x9 or 1x2x9x8 "
-                   "or 3x5x13x11)")
-    checks = {c["name"]: c for c in results(report, "test_conv_forward_values")}
-    unpadded = [c for name, c in checks.items() if name.endswith("p0]")]
-    assert len(unpadded) == 2 and all(c["result"] == "PASS" for c in unpadded), checks
-    padded = [c for name, c in checks.items() if not name.endswith("p0]")]
-    assert padded and all(c["result"] == "FAIL" and "only the outputs whose window reaches into the padding"
-                          in c["reason"] for c in padded), padded
-
-
-def test_split_k_without_its_final_reduction_is_named(tmp_path):
-    """The weight gradient's chunks each written straight into dw, no partial buffer and no splitk_reduce: right
-    where the positions fit one chunk, a partial sum (the last chunk's) where they do not."""
-    files = solution_sources()
     files["conv.py"] = replace_once(files["conv.py"], "        partial = dw if n_chunks == 1 else "
                                     "backend.empty((n_chunks, k, crs))\n", "        partial = dw\n")
     files["conv.py"] = replace_once(files["conv.py"], "        if n_chunks > 1:\n"
                                     "            splitk_reduce(partial, dw, n_chunks, k * crs)\n", "")
     files["conv.cu"] = replace_once(files["conv.cu"], "float* out = partial + (size_t)blockIdx.z * K * CRS;",
                                     "float* out = partial;")
-    report = grade(tmp_path, files, "-k", "test_conv_backward_weight_values and igemm and (3x5x13x11 or 1x2x9x8 "
-                   "or 2x1x28x28)")
+    report = grade(tmp_path, files, "-k", "(test_conv_forward_values and igemm and (1x2x5x4 or 2x3x7x9 or 1x2x9x8 "
+                   "or 3x5x13x11)) or (test_conv_backward_weight_values and igemm and (3x5x13x11 or 1x2x9x8 or "
+                   "2x1x28x28))")
+    checks = {c["name"]: c for c in results(report, "test_conv_forward_values")}
+    unpadded = [c for name, c in checks.items() if name.endswith("p0]")]
+    assert len(unpadded) == 2 and all(c["result"] == "PASS" for c in unpadded), checks
+    padded = [c for name, c in checks.items() if not name.endswith("p0]")]
+    assert padded and all(c["result"] == "FAIL" and "only the outputs whose window reaches into the padding"
+                          in c["reason"] for c in padded), padded
     checks = {c["name"]: c for c in results(report, "test_conv_backward_weight_values")}
     one_chunk = [c for name, c in checks.items() if "2x1x28x28" not in name]  # at most 256 positions
     assert len(one_chunk) == 2 and all(c["result"] == "PASS" for c in one_chunk), checks
