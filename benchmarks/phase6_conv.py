@@ -9,7 +9,10 @@ algorithm). Every result is checked against PyTorch's before it is timed. Writes
 
 - ``conv``: ``shape`` (``mnist-conv1``, ``mnist-conv2``: the deliverable's layers at its batch of 64;
   ``resnet``: 64 images, 64 -> 64 channels, 56 x 56), ``pass`` (``forward``, ``backward_input``,
-  ``backward_weight``, ``backward_bias``), ``variant`` (a rung, ``best``, or ``cudnn``), ``seconds``,
+  ``backward_weight``, ``backward_bias``), ``variant`` (a rung: forward ``direct``, ``im2col``, ``tiled``,
+  ``igemm``, ``winograd``; input ``direct``, ``im2col``, ``igemm``; weight ``direct``, ``im2col``, ``tiled``,
+  ``igemm``; ``best`` (untuned: ``default_variant``), ``best_tuned`` (after conv.py's ``autotune()`` on the layer;
+  ``tuned`` names the rung it chose), or ``cudnn``), ``seconds``,
   ``gflops`` (2·N·K·P·Q·C·R·S per pass; the bias: N·K·P·Q additions) and ``ratio`` (cuDNN's time / ours);
 - ``maxpool``: forward and backward of 2 x 2 pooling against ``torch.nn.functional.max_pool2d``;
 - ``softmax``: softmax, cross-entropy forward + backward, bytes read + written per second against
@@ -41,8 +44,9 @@ SHAPES = {"mnist-conv1": (64, 1, 28, 28, 8), "mnist-conv2": (64, 8, 14, 14, 16),
 SMALL_SHAPES = {"mnist-conv1": (2, 1, 28, 28, 8), "mnist-conv2": (2, 8, 14, 14, 16), "resnet": (1, 8, 14, 14, 8)}
 SOFTMAX_SHAPES = [(1 << 16, 10), (1 << 16, 128), (1 << 14, 1024), (4096, 8192)]
 SMALL_SOFTMAX_SHAPES = [(64, 10), (16, 1500)]
-RUNGS = {"forward": ("direct", "im2col", "tiled", "best"), "backward_input": ("direct", "im2col", "best"),
-         "backward_weight": ("direct", "im2col", "tiled", "best")}
+RUNGS = {"forward": ("direct", "im2col", "tiled", "igemm", "winograd", "best"),
+         "backward_input": ("direct", "im2col", "igemm", "best"),
+         "backward_weight": ("direct", "im2col", "tiled", "igemm", "best")}
 
 
 class Timer:
@@ -117,6 +121,23 @@ def _conv_shape(cv: Any, name: str, shape: tuple, timer: Timer, gpu: bool) -> li
         line = "  ".join(f"{r['variant']} {r['ratio']:.2f}" for r in rows if r["shape"] == name
                          and r["pass"] == pass_ and r["variant"] != "cudnn")
         print(f"{name:>12} {pass_:>15}: cuDNN {t_ref * 1e6:9.1f} us; x cuDNN: {line}", flush=True)
+    # conv.py's autotune() on this layer, then `best` again: it runs the rung autotune() found fastest
+    cv.autotune([(n, c, h, w, k, 3, 3, 1, 1)], verbose=False, timer=None if gpu else timer)
+    shape = cv.conv_shape((n, c, h, w), (k, c, 3, 3), 1, 1)
+    for pass_, kind in (("forward", "forward"), ("backward_input", "input"), ("backward_weight", "weight")):
+        theirs, out = reference[pass_]
+        expected = theirs().double().cpu().numpy()
+        ours[pass_]("best")
+        error = float(np.abs(backend.asnumpy(out).astype(np.float64) - expected).max())
+        if not error <= 1e-4 * (float(np.abs(expected).max()) or 1.0):
+            raise AssertionError(f"{name} {pass_} best after autotune: error {error:.2e} against PyTorch")
+        seconds = timer(lambda p=pass_: ours[p]("best"), max_seconds=0.5)
+        t_ref = next(r["seconds"] for r in rows if r["pass"] == pass_ and r["variant"] == "cudnn")
+        rows.append({"kind": "conv", "shape": name, "n": n, "c": c, "h": h, "w": w, "k": k, "pass": pass_,
+                     "variant": "best_tuned", "tuned": cv.best(kind, shape, 1), "seconds": seconds,
+                     "gflops": flop / seconds / 1e9, "ratio": t_ref / seconds})
+        print(f"{name:>12} {pass_:>15}: best after autotune() ({rows[-1]['tuned']}) {rows[-1]['ratio']:.2f} x cuDNN",
+              flush=True)
     return rows
 
 

@@ -41,8 +41,12 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 SCRIPTS = {"phase6_conv": "benchmarks/phase6_conv.py", "phase6_mnist": "benchmarks/phase6_mnist.py",
-           "phase6_mnist_recipe": "benchmarks/phase6_mnist_recipe.py"}
-VARIANT_STYLE = {"direct": VERMILLION, "im2col": ORANGE, "tiled": GREEN, "best": BLUE, "cudnn": GREY}
+           "phase6_mnist_recipe": "benchmarks/phase6_mnist_recipe.py",
+           "phase6_conv_error": "benchmarks/phase6_conv_error.py"}
+SKY = "#56B4E9"  # Okabe-Ito's sky blue, for the Winograd rung
+# The rungs in the ladder's order; a rung the JSON does not hold (measured before it existed) is absent.
+VARIANT_STYLE = {"direct": VERMILLION, "im2col": ORANGE, "tiled": GREEN, "igemm": PURPLE, "winograd": SKY,
+                 "best": BLUE, "best_tuned": "#0B3C5D", "cudnn": GREY}
 PASS_LABEL = {"forward": "forward", "backward_input": "input gradient", "backward_weight": "weight gradient",
               "backward_bias": "bias gradient"}
 SHAPE_LABEL = {"mnist-conv1": "MNIST layer 1 (64×1×28×28 → 8)", "mnist-conv2": "MNIST layer 2 (64×8×14×14 → 16)",
@@ -139,22 +143,27 @@ def phase6_conv_ladder(fig_name: str = "fig-phase6-conv", text_name: str = "phas
     res, _ = found
     rows = _conv_rows(res)
     shapes = [s for s in SHAPE_LABEL if any(r["shape"] == s for r in rows)]
-    passes = ("forward", "backward_input", "backward_weight")
+    passes = tuple(p for p in PASS_LABEL if any(r["pass"] == p for r in rows))
     fig, axes = plt.subplots(1, len(shapes), figsize=(11, 3.6), sharey=True, squeeze=False)
     for ax, shape in zip(axes[0], shapes, strict=True):
         for j, pass_ in enumerate(passes):
-            found_rows = [r for r in rows if r["shape"] == shape and r["pass"] == pass_ and r["variant"] != "cudnn"]
+            found_rows = sorted((r for r in rows if r["shape"] == shape and r["pass"] == pass_
+                                 and r["variant"] != "cudnn"), key=lambda r: list(VARIANT_STYLE).index(r["variant"]))
+            width = 0.8 / max(len(found_rows), 1)
             for i, r in enumerate(found_rows):
-                x = j + (i - (len(found_rows) - 1) / 2) * 0.2
-                ax.bar(x, r["ratio"], 0.18, color=VARIANT_STYLE[r["variant"]])
+                x = j + (i - (len(found_rows) - 1) / 2) * width
+                ax.bar(x, r["ratio"], 0.9 * width, color=VARIANT_STYLE[r["variant"]])
         ax.axhline(1.0, color="black", lw=0.8, ls=":")
         ax.set_yscale("log")
         ax.set_xticks(range(len(passes)))
-        ax.set_xticklabels([PASS_LABEL[p] for p in passes], fontsize=8)
+        ax.set_xticklabels([PASS_LABEL[p].replace(" ", "\n") for p in passes], fontsize=8)
         ax.set_title(SHAPE_LABEL[shape], fontsize=9)
     axes[0][0].set_ylabel("× cuDNN's speed (log)")
-    handles = {v: plt.Rectangle((0, 0), 1, 1, color=c) for v, c in VARIANT_STYLE.items() if v != "cudnn"}
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=4, fontsize=8, bbox_to_anchor=(0.5, -0.01))
+    measured = {r["variant"] for r in rows}
+    handles = {v: plt.Rectangle((0, 0), 1, 1, color=c) for v, c in VARIANT_STYLE.items()
+               if v != "cudnn" and v in measured}
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=8,
+               bbox_to_anchor=(0.5, -0.01))
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     glue_figure(fig_name, fig)
     glue_md(caption_name, res.provenance)
@@ -164,17 +173,49 @@ def phase6_conv_ladder(fig_name: str = "fig-phase6-conv", text_name: str = "phas
         ref = [r for r in rows if r["shape"] == shape and r["pass"] == pass_ and r["variant"] == "cudnn"]
         if not ours or not ref:
             return "not measured"
-        said = f"{ours[0]['ratio']:.2f}× ({fmt_time(ours[0]['seconds'])} against {fmt_time(ref[0]['seconds'])})"
-        rungs = [r for r in rows if r["shape"] == shape and r["pass"] == pass_ and r["variant"] not in ("best", "cudnn")]
+        said = (f"{ours[0]['ratio']:.2f}× cuDNN's speed ({fmt_time(ours[0]['seconds'])} against "
+                f"{fmt_time(ref[0]['seconds'])})")
+        tuned = [r for r in rows if r["shape"] == shape and r["pass"] == pass_ and r["variant"] == "best_tuned"]
+        if tuned:
+            said += f" ({tuned[0]['ratio']:.2f}× after `autotune()`, which chose `{tuned[0]['tuned']}`)"
+        rungs = [r for r in rows if r["shape"] == shape and r["pass"] == pass_
+                 and r["variant"] not in ("best", "best_tuned", "cudnn")]
         fastest = max(rungs, key=lambda r: r["ratio"], default=None)
         if fastest is not None and fastest["ratio"] > 1.05 * ours[0]["ratio"]:  # a rule older than this run's rungs
             said += f", where the {fastest['variant']} rung ran at {fastest['ratio']:.2f}×"
         return said
 
-    text = " ".join(f"On {SHAPE_LABEL[s]}, `best` ran the forward pass at {best(s, 'forward')} cuDNN's speed, the "
-                    f"input gradient at {best(s, 'backward_input')} and the weight gradient at "
-                    f"{best(s, 'backward_weight')}." for s in shapes)
+    text = " ".join(f"On {SHAPE_LABEL[s]}, `best` ran the forward pass at {best(s, 'forward')}, the "
+                    f"input gradient at {best(s, 'backward_input')}, the weight gradient at "
+                    f"{best(s, 'backward_weight')} and the bias gradient at {best(s, 'backward_bias')}."
+                    for s in shapes)
+    missing = [v for v in ("igemm", "winograd") if v not in measured]
+    if missing:
+        text += (f" This run predates the {' and '.join(f'`{v}`' for v in missing)} "
+                 f"rung{'s' if len(missing) > 1 else ''}: not measured yet (`{SCRIPTS['phase6_conv']}` on a GPU).")
     glue_md(text_name, text + " " + bars)
+
+
+def phase6_conv_error(text_name: str = "phase6-conv-error-text") -> None:
+    """The forward rungs' rounding error against float64, Winograd's next to the direct rung's."""
+    res = latest("phase6_conv_error")
+    if res is None:
+        glue_md(text_name, missing_md("phase6_conv_error", SCRIPTS["phase6_conv_error"], "the emulator or a GPU"))
+        return
+    parts = []
+    for layer in dict.fromkeys(r["layer"] for r in res.rows):
+        rung = {r["rung"]: r for r in res.rows if r["layer"] == layer}
+        direct, wino = rung["direct"], rung["winograd"]
+        igemm = rung["igemm"]
+        same = ("the same bits as the direct rung's: the same products summed in the same order"
+                if igemm.get("bitwise_equal_to_direct") else f"{igemm['eps_of_scale']:.2f} ε")
+        images = f"{direct['n']} image{'s' if direct['n'] > 1 else ''}"
+        parts.append(f"on {SHAPE_LABEL.get(layer, layer).split(' (')[0]} ({images}, {direct['c']} → "
+                     f"{direct['k']} channels, {direct['h']} × {direct['w']}) the direct rung's largest error is "
+                     f"{direct['eps_of_scale']:.2f} ε of Σ|w·x| and Winograd's {wino['eps_of_scale']:.2f} ε, "
+                     f"although the values Winograd rounds are {wino['winograd_scale']:.1f} times Σ|w·x| "
+                     f"(the implicit GEMM: {same})")
+    glue_md(text_name, "Measured: " + "; ".join(parts) + f". {res.provenance}")
 
 
 def phase6_maxpool(text_name: str = "phase6-maxpool-text") -> None:

@@ -204,6 +204,7 @@ def _not_written(filename: str) -> KernelNotWrittenError:
 
 # A file whose stubs compile says so with the line `#define MINITORCH_TODO(message)`; each stub then expands
 # to nothing, and load_kernel refuses a kernel that is not written yet (or calls a function that is not).
+TODO_DEFINE = "#define MINITORCH_TODO(message)"
 _TODO_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+" + TODO_MARKER + r"[ \t]*\(", re.M)
 _CALL = re.compile(r"\b(\w+)\s*\(")
 _NOT_NAMES = {"__launch_bounds__", "__align__", "alignas", "__attribute__", "decltype", "sizeof", "if", "for",

@@ -183,15 +183,98 @@ def _conv(function: str) -> Callable:
                        (_dev(x), _dev(dy), dw, *sizes, np.int32(chunk)))
             return backend.asnumpy(dw), expected
         if function == "conv2d_bias_grad":
-            db = _poison(k)
-            launch((2,), (64,), (_dev(dy), db, np.int32(nb), np.int32(k), np.int32(p * q)))
-            return backend.asnumpy(db), dy.astype(np.float64).sum(axis=(0, 2, 3))
+            seg, splits = 4, 3  # units of 4 values, 3 blocks a channel: block z sums units z, z + 3, ...
+            partial = _poison((splits, k))
+            launch((k, splits), (64,), (_dev(dy), partial, np.int32(nb), np.int32(k), np.int32(p * q),
+                                        np.int32(seg)))
+            segs = (p * q + seg - 1) // seg
+            planes = dy.astype(np.float64).reshape(nb, k, p * q)
+            expected = np.zeros((splits, k))
+            for u in range(nb * segs):
+                expected[u % splits] += planes[u // segs, :, u % segs * seg:(u % segs + 1) * seg].sum(axis=1)
+            return backend.asnumpy(partial), expected
+        if function == "conv2d_igemm":
+            y = _poison((nb, k, p, q))
+            launch(((nb * p * q + 127) // 128, (k + 63) // 64), (256,), (_dev(x), _dev(w), _dev(b), y, *sizes))
+            return backend.asnumpy(y), _ref_conv(x, w, stride, pad) + b[None, :, None, None]
+        if function == "conv2d_backward_input_igemm":
+            dx = _poison((nb, c, h, wd))
+            launch(((nb * h * wd + 127) // 128, (c + 63) // 64), (256,), (_dev(dy), _dev(w), dx, *sizes))
+            return backend.asnumpy(dx), _ref_backward_input(dy, w, x.shape, stride, pad)
+        if function == "conv2d_backward_weight_igemm":
+            xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+            win = np.lib.stride_tricks.sliding_window_view(xp, (r, r), axis=(2, 3))[:, :, ::stride, ::stride]
+            cols = win.transpose(1, 4, 5, 0, 2, 3).reshape(c * r * r, nb * p * q)
+            dys = dy.astype(np.float64).transpose(1, 0, 2, 3).reshape(k, nb * p * q)
+            chunk = 16  # several chunks: one partial sum each
+            chunks = (nb * p * q + chunk - 1) // chunk
+            partial = _poison((chunks, k, c * r * r))
+            launch(((c * r * r + 63) // 64, (k + 63) // 64, chunks), (256,),
+                   (_dev(x), _dev(dy), partial, *sizes, np.int32(chunk)))
+            expected = np.stack([dys[:, z * chunk:(z + 1) * chunk] @ cols[:, z * chunk:(z + 1) * chunk].T
+                                 for z in range(chunks)])
+            return backend.asnumpy(partial), expected
+        if function == "splitk_reduce":
+            parts = ints(n % 4 + 1, k * c + 5)
+            out = _poison(parts.shape[1])
+            launch(*small, (_dev(parts), out, np.int32(parts.shape[0]), np.int64(parts.shape[1])))
+            return backend.asnumpy(out), parts.astype(np.float64).sum(axis=0)
         raise AssertionError(function)
     return case
 
 
 CONV_KERNELS = ("conv2d_direct", "im2col", "gemm_to_nchw", "nchw_to_gemm", "col2im", "conv2d_tiled",
-                "conv2d_backward_input", "conv2d_backward_weight", "conv2d_backward_weight_tiled", "conv2d_bias_grad")
+                "conv2d_backward_input", "conv2d_backward_weight", "conv2d_backward_weight_tiled", "conv2d_bias_grad",
+                "conv2d_igemm", "conv2d_backward_input_igemm", "conv2d_backward_weight_igemm", "splitk_reduce")
+
+# Winograd F(2x2, 3x3) (conv.cu's rung 5): with small integers every transform is exact (the filter's halves
+# and quarters included), and so is the batched GEMM.
+WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
+WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
+WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
+
+
+def _winograd(function: str) -> Callable:
+    def case(n: int, rng: np.random.Generator):
+        nb, c, h, wd, k = n % 2 + 1, n % 3 + 1, n % 7 + 2, n % 5 + 3, n % 9 + 1
+        pad = n % 2
+        p, q = h + 2 * pad - 2, wd + 2 * pad - 2
+        tp, tq = (p + 1) // 2, (q + 1) // 2
+        t = nb * tp * tq
+        ints = lambda *shape: rng.integers(-2, 3, shape).astype(np.float32)  # noqa: E731
+        launch = kernels.load_kernel("conv.cu", function)
+        small = ((3,), (64,))
+        i32 = lambda *v: tuple(np.int32(a) for a in v)  # noqa: E731
+        if function == "winograd_filter":
+            w = ints(k, c, 3, 3)
+            u = _poison((16, k, c))
+            launch(*small, (_dev(w), u, *i32(k, c)))
+            return backend.asnumpy(u), (WINOGRAD_G @ w @ WINOGRAD_G.T).reshape(k, c, 16).transpose(2, 0, 1)
+        if function == "winograd_input":
+            x = ints(nb, c, h, wd)
+            v = _poison((16, c, t))
+            launch(*small, (_dev(x), v, *i32(nb, c, h, wd, pad, tp, tq)))
+            xp = np.zeros((nb, c, 2 * tp + 2, 2 * tq + 2))
+            rows, cols = min(h, 2 * tp + 2 - pad), min(wd, 2 * tq + 2 - pad)
+            xp[:, :, pad:pad + rows, pad:pad + cols] = x[:, :, :rows, :cols]
+            d = np.lib.stride_tricks.sliding_window_view(xp, (4, 4), axis=(2, 3))[:, :, ::2, ::2]
+            return backend.asnumpy(v), (WINOGRAD_BT @ d @ WINOGRAD_BT.T).transpose(4, 5, 1, 0, 2, 3).reshape(
+                16, c, t)
+        if function == "winograd_gemm":
+            u, v = ints(16, k, c), ints(16, c, t)
+            m = _poison((16, k, t))
+            launch(((t + 127) // 128, (k + 63) // 64, 16), (256,), (_dev(u), _dev(v), m, *i32(k, c, t)))
+            return backend.asnumpy(m), np.einsum("ekc,ect->ekt", u.astype(np.float64), v.astype(np.float64))
+        m, b = ints(16, k, t), ints(k)
+        y = _poison((nb, k, p, q))
+        launch(*small, (_dev(m), _dev(b), y, *i32(nb, k, p, q, tp, tq)))
+        tiles = m.astype(np.float64).reshape(4, 4, k, nb, tp, tq).transpose(3, 2, 4, 5, 0, 1)
+        full = (WINOGRAD_AT @ tiles @ WINOGRAD_AT.T).transpose(0, 1, 2, 4, 3, 5).reshape(nb, k, 2 * tp, 2 * tq)
+        return backend.asnumpy(y), full[:, :, :p, :q] + b[None, :, None, None]
+    return case
+
+
+WINOGRAD_KERNELS = ("winograd_filter", "winograd_input", "winograd_gemm", "winograd_output")
 
 
 # ---------------------------------------------------------------- maxpool.cu
@@ -235,6 +318,7 @@ def _maxpool(function: str) -> Callable:
 PHASE6_CASES: dict[tuple[str, str], Callable] = {
     **{("softmax.cu", f): _softmax(f) for f in SOFTMAX_KERNELS},
     **{("conv.cu", f): _conv(f) for f in CONV_KERNELS},
+    **{("conv.cu", f): _winograd(f) for f in WINOGRAD_KERNELS},
     **{("maxpool.cu", f): _maxpool(f) for f in ("maxpool2d_forward", "maxpool2d_backward")},
 }
 NOTEBOOKS = ("phase5_fast.ipynb", "phase6_cnn.ipynb")  # the files these cases launch (gemm.py: none; kept whole)

@@ -40,24 +40,50 @@ def test_todo_stub_is_refused_and_previous_version_kept(workspace):
     assert (workspace / "memory.cu").read_text() == "// version 1\n"
 
 
-def test_todo_stubs_left_are_named_by_function_and_line(workspace):
-    """Lab 6's conv.cu as a learner gets it, with the first kernel written: the refusal lists the stubs left,
-    and in a notebook shows that message alone (not the traceback that opens with the whole cell)."""
+def _lab_conv_cu() -> str:
+    """Lab 6's conv.cu as a learner gets it (every rung a TODO stub)."""
     lab = json.loads((ROOT / "labs" / "phase6_cnn.ipynb").read_text())
     cell = next(s for s in ("".join(c["source"]) for c in lab["cells"]) if s.startswith("%%kernel conv.cu"))
-    source = cell.split("\n", 1)[1]
+    return cell.split("\n", 1)[1]
+
+
+def test_todo_stubs_left_are_named_by_function_and_line(workspace):
+    """Lab 6's conv.cu without the define that lets its stubs compile (a learner deleted it), the first kernel
+    written: the refusal lists the stubs left, and in a notebook shows that message alone (not the traceback that
+    opens with the whole cell)."""
+    source = _lab_conv_cu().replace(kernels.TODO_DEFINE + "\n", "", 1)
+    assert not kernels.stubs_compile(source)
     stubs = kernels.todo_stubs(source)
-    assert [f for _, f in stubs][:3] == ["conv2d_direct", "im2col", "gemm_to_nchw"] and len(stubs) == 10
+    assert [f for _, f in stubs][:3] == ["conv2d_direct", "im2col", "gemm_to_nchw"] and len(stubs) == 18
     first = source.splitlines()[stubs[0][0] - 1]
     written = source.replace(first, "    y[i] = 0.0f;  // (a learner's attempt)", 1)
     with pytest.raises(kernels.KernelStubError) as err:
         kernels.write_source("conv.cu", written)
     message = str(err.value)
-    assert "9 TODO stubs" in message and "conv2d_direct" not in message
+    assert "17 TODO stubs" in message and "conv2d_direct" not in message
     assert f"im2col (line {stubs[1][0]})" in message and "conv2d_bias_grad (line" in message
     assert not (workspace / "conv.cu").exists()
     shown = err.value._render_traceback_()
     assert shown == [f"KernelStubError: {message}"] and "extern" not in "".join(shown)
+
+
+def test_lab6_conv_rungs_are_refused_one_at_a_time(workspace):
+    """Lab 6's conv.cu as given (its define makes the stubs compile) is saved; each unwritten rung's kernel is
+    refused by name and line, and a written one loads while others are still stubs."""
+    source = _lab_conv_cu()
+    assert kernels.stubs_compile(source)
+    kernels.write_source("conv.cu", source)
+    stubs = dict((f, line) for line, f in kernels.todo_stubs(source))
+    for name in ("conv2d_igemm", "winograd_filter", "conv2d_backward_weight_igemm", "splitk_reduce"):
+        with pytest.raises(kernels.KernelNotWrittenError) as err:
+            kernels.load_kernel("conv.cu", name)
+        assert f"{name} in conv.cu is not written yet" in str(err.value), err.value
+        assert f"{name} (line {stubs[name]})" in str(err.value), err.value
+    lines = source.splitlines(keepends=True)
+    start = sum(len(x) for x in lines[:stubs["splitk_reduce"] - 1])
+    end = source.index(");", start) + 2  # the stub's call, over however many lines it is wrapped
+    kernels.write_source("conv.cu", source[:start] + "        out[i] = partial[i];" + source[end:])
+    assert kernels.load_kernel("conv.cu", "splitk_reduce").function == "splitk_reduce"
 
 
 def test_missing_kernel_names_the_lab_and_cell(workspace):

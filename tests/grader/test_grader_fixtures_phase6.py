@@ -176,6 +176,57 @@ def test_conv_launcher_computing_with_numpy_is_rejected(tmp_path):
     assert all(c["result"] == "PASS" for name, c in checks.items() if "forward-direct" not in name), checks
 
 
+def test_winograd_filter_transform_with_one_wrong_coefficient_is_named(tmp_path):
+    """Row 2 of G with a + where the matrix has a -: the filter transform alone is graded wrong (its own test names
+    U), the other two transforms pass, and so does every rung that is not Winograd."""
+    files = solution_sources()
+    files["conv.cu"] = replace_once(files["conv.cu"], "t[2][j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);",
+                                    "t[2][j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);")
+    report = grade(tmp_path, files, "-k", "test_winograd_transforms or (test_conv_forward_values and "
+                   "(winograd or igemm) and 2x3x7x9)")
+    checks = {c["name"]: c for c in results(report, "test_winograd_transforms")}
+    bad = checks["test_winograd_transforms[winograd_filter]"]
+    assert bad["result"] == "FAIL" and "winograd_filter" in bad["reason"] and ": U" in bad["reason"], bad
+    assert all(c["result"] == "PASS" for name, c in checks.items() if "filter" not in name), checks
+    forward = {c["name"]: c for c in results(report, "test_conv_forward_values")}
+    assert [c["result"] for name, c in forward.items() if "winograd" in name] == ["FAIL"], forward
+    assert all(c["result"] == "PASS" for name, c in forward.items() if "igemm" in name), forward
+
+
+def test_implicit_gemm_reading_padding_as_data_and_split_k_without_final_reduction_are_named(tmp_path):
+    """Two mistakes in one workspace (no test runs both kernels): conv2d_igemm staging the nearest pixel of the
+    image where the window leaves it (replicate padding) instead of 0, right without padding and wrong exactly at
+    the outputs whose window reaches into the padding; and the weight gradient's chunks each written straight into
+    dw, no partial buffer and no splitk_reduce, right where the positions fit one chunk and a partial sum (the last
+    chunk's) where they do not."""
+    files = solution_sources()
+    files["conv.cu"] = replace_once(
+        files["conv.cu"],
+        "                if (h >= 0 && h < H && wc >= 0 && wc < W) {\n                    v = xn[",
+        "                h = min(max(h, 0), H - 1);\n                wc = min(max(wc, 0), W - 1);\n"
+        "                {\n                    v = xn[")
+    files["conv.py"] = replace_once(files["conv.py"], "        partial = dw if n_chunks == 1 else "
+                                    "backend.empty((n_chunks, k, crs))\n", "        partial = dw\n")
+    files["conv.py"] = replace_once(files["conv.py"], "        if n_chunks > 1:\n"
+                                    "            splitk_reduce(partial, dw, n_chunks, k * crs)\n", "")
+    files["conv.cu"] = replace_once(files["conv.cu"], "float* out = partial + (size_t)blockIdx.z * K * CRS;",
+                                    "float* out = partial;")
+    report = grade(tmp_path, files, "-k", "(test_conv_forward_values and igemm and (1x2x5x4 or 2x3x7x9 or 1x2x9x8 "
+                   "or 3x5x13x11)) or (test_conv_backward_weight_values and igemm and (3x5x13x11 or 1x2x9x8 or "
+                   "2x1x28x28))")
+    checks = {c["name"]: c for c in results(report, "test_conv_forward_values")}
+    unpadded = [c for name, c in checks.items() if name.endswith("p0]")]
+    assert len(unpadded) == 2 and all(c["result"] == "PASS" for c in unpadded), checks
+    padded = [c for name, c in checks.items() if not name.endswith("p0]")]
+    assert padded and all(c["result"] == "FAIL" and "only the outputs whose window reaches into the padding"
+                          in c["reason"] for c in padded), padded
+    checks = {c["name"]: c for c in results(report, "test_conv_backward_weight_values")}
+    one_chunk = [c for name, c in checks.items() if "2x1x28x28" not in name]  # at most 256 positions
+    assert len(one_chunk) == 2 and all(c["result"] == "PASS" for c in one_chunk), checks
+    [split] = [c for name, c in checks.items() if "2x1x28x28" in name]     # 1568 positions: 7 chunks
+    assert split["result"] == "FAIL" and "the final reduction" in split["reason"], split
+
+
 # ---------------------------------------------------------------- the deliverable
 
 
