@@ -62,9 +62,9 @@ def test_signed_and_unsigned_64_bit_division_match_numpy() -> None:
     q, r = emu.zeros(n, np.int64), emu.zeros(n, np.int64)
     m.get_function("sdiv")(((n + 127) // 128,), (128,), (emu.asarray(a), emu.asarray(b), q, r, np.int32(n)))
     # C truncates toward zero; NumPy's // floors
-    expected_q = np.array([abs(int(x)) // abs(int(y)) * (1 if (x < 0) == (y < 0) else -1) for x, y in zip(a, b)],
+    expected_q = np.array([abs(int(x)) // abs(int(y)) * (1 if (x < 0) == (y < 0) else -1) for x, y in zip(a, b, strict=True)],
                           dtype=object)
-    expected_r = np.array([int(x) - int(qq) * int(y) for x, y, qq in zip(a, b, expected_q)], dtype=object)
+    expected_r = np.array([int(x) - int(qq) * int(y) for x, y, qq in zip(a, b, expected_q, strict=True)], dtype=object)
     assert list(q.get()) == [int(v) for v in expected_q]
     assert list(r.get()) == [int(v) for v in expected_r]
     ua, ub = a.view(np.uint64), b.view(np.uint64)
