@@ -1452,7 +1452,6 @@ static void run_block(Worker* w, unsigned long long b) {
   for (unsigned i = 0; i < n; i++) {
     Fiber& f = w->fibers[i];
     f.state = F_RUN;
-    f.tid = uint3{i % bx, (i / bx) % by, i / (bx * by)};
     f.nbar = 0;
     fiber_init(w, &f, w->stacks + (size_t)i * w->stack_stride + PAGE, w->stack_stride - PAGE, stack_top(w, i), (long)i);
   }
@@ -1546,6 +1545,10 @@ static void worker_loop(Worker* w, const EmuLaunch* L, Shared* S) {
     size_t usable = (size_t)(L->stack_kb > 0 ? L->stack_kb : 32) * 1024;
     ensure_stacks(w, w->nthreads, usable);
     w->fibers.resize(w->nthreads);
+    // A fiber's thread index is the same in every block: computed once a launch, not once a block
+    // (three divisions a thread, a few percent of a barrier kernel's blocks of 256 threads).
+    unsigned bx = L->block[0], by = L->block[1];
+    for (unsigned i = 0; i < w->nthreads; i++) w->fibers[i].tid = uint3{i % bx, (i / bx) % by, i / (bx * by)};
     w->warps.assign((w->nthreads + 31) / 32, Warp());
   } else {
     w->warps.assign((w->nthreads + 31) / 32, Warp());
