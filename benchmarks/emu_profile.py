@@ -83,7 +83,7 @@ def classify(dso: str) -> str:
     if dso.startswith("libminitorch_emu_rt"):
         return "emulator runtime (fibers, barriers, block set-up)"
     if dso.startswith("ld-linux"):
-        return "dynamic loader (__tls_get_addr: the kernels' __shared__ and threadIdx)"
+        return "dynamic loader (TLS look-ups: the kernels' shared memory and threadIdx)"
     if "python" in dso or dso.endswith(".cpython-311-x86_64-linux-gnu.so") or "numpy" in dso:
         return "Python and NumPy"
     return "other (libc, the OS kernel)"

@@ -4,6 +4,8 @@ The learner's source is compiled *unmodified* (two exceptions, each rewritten on
 ``extern __shared__`` declarations, and inline PTX ``asm`` statements, see ``inline_ptx.py``) with
 ``runtime/prelude.h`` force-included, so compiler messages carry the learner's file name and line numbers. Launch thunks are generated in a wrapper file that
 ``#include``s the source; C++ template deduction in the thunks gives each kernel's parameter types.
+On x86-64 the wrapper is compiled to assembly first, where every 64-bit integer division gets a
+32-bit fast path (``fastdiv.py``), then assembled.
 """
 
 from __future__ import annotations
