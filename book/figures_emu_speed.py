@@ -70,6 +70,11 @@ def show(results: Path = Path("../benchmarks/results")) -> None:
                         f"({old_gpt['step_cpu_seconds'] / gpt['step_cpu_seconds']:.1f}× less).")
     display(Markdown(" ".join(text)))
     display(Markdown("\n".join(f"- {n}" for n in speed.get("notes", []))))
+    profile_file = results / speed["_file"].replace("emu_speed-", "emu_profile-")
+    if profile_file.exists():
+        shares = json.loads(profile_file.read_text())["results"][0]["shares_percent"]
+        display(Markdown(f"A `perf record` profile of the timed MNIST steps (`{profile_file.name}`, one worker): "
+                         + ", ".join(f"{part} {pct:.0f}%" for part, pct in shares.items()) + "."))
     if mnist is not None and mnist.get("kernels"):
         total = sum(k["cpu_seconds"] for k in mnist["kernels"])
         rows = ["| kernel (one MNIST step, one worker) | launches | CPU time | share |", "|---|--:|--:|--:|"]

@@ -4,6 +4,8 @@ The learner's source is compiled *unmodified* (two exceptions, each rewritten on
 ``extern __shared__`` declarations, and inline PTX ``asm`` statements, see ``inline_ptx.py``) with
 ``runtime/prelude.h`` force-included, so compiler messages carry the learner's file name and line numbers. Launch thunks are generated in a wrapper file that
 ``#include``s the source; C++ template deduction in the thunks gives each kernel's parameter types.
+On x86-64 the wrapper is compiled to assembly first, where every 64-bit integer division gets a
+32-bit fast path (``fastdiv.py``), then assembled.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -20,6 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import fastdiv
 from .inline_ptx import PtxError, rewrite_inline_ptx
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
@@ -93,6 +97,7 @@ def runtime_digest() -> str:
             h.update(p.read_bytes())
         h.update(Path(__file__).read_bytes())  # how modules are built is part of the key too
         h.update((Path(__file__).parent / "inline_ptx.py").read_bytes())
+        h.update((Path(__file__).parent / "fastdiv.py").read_bytes())
         _runtime_digest["d"] = h.hexdigest()
     return _runtime_digest["d"]
 
@@ -536,7 +541,7 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
         # Compiled, then linked without -fsanitize: the runtime provides the sanitizer hooks, and the
         # driver would otherwise link libubsan / libtsan. Link order = TLS order: red zone, the
         # learner's __shared__ variables, red zone.
-        r = _run([*base_flags, *tsan, "-c", "__emu_tu.cpp", "-o", "mod.o"], build)
+        r = _compile_object([*base_flags, *tsan], build)
         if r.returncode == 0:
             r = _run([cxx, "-shared", "-Wl,-Bsymbolic", pad_lo, "mod.o", pad_hi, "-o", str(tmp)], build)
         return r, line_owner
@@ -568,6 +573,19 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
     os.replace(tmp, so)
     shutil.rmtree(build, ignore_errors=True)
     return Built(so, exports, tls, check, filename, src, time.perf_counter() - t0, False)
+
+
+def _compile_object(flags: list[str], build: Path) -> subprocess.CompletedProcess[str]:
+    """__emu_tu.cpp -> mod.o. On x86-64 through assembly, so that the 64-bit divisions get their 32-bit fast
+    path (fastdiv.py): compiler messages are those of the first step, as with a direct ``-c``."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return _run([*flags, "-c", "__emu_tu.cpp", "-o", "mod.o"], build)
+    r = _run([*flags, "-S", "__emu_tu.cpp", "-o", "mod.s"], build)
+    if r.returncode != 0:
+        return r
+    asm, _ = fastdiv.rewrite((build / "mod.s").read_text())
+    (build / "mod.s").write_text(asm)
+    return _run([flags[0], "-c", "mod.s", "-o", "mod.o"], build)
 
 
 def _translate_options(options: tuple[str, ...]) -> list[str]:

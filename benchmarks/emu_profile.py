@@ -1,0 +1,141 @@
+"""Where the emulator's MNIST training step spends its time: a ``perf record`` profile of the timed steps only.
+
+Runs the Phase 6 deliverable's captured training step (as ``emu_speed.py``'s ``mnist`` row, one worker) under
+``perf record``, enabled (``--control`` fifo) only around the timed replays, so that loading MNIST and compiling
+are not in it. Writes ``benchmarks/results/emu_profile-<device>.json``: the share of the samples in the kernels'
+own code (the compiled modules), in the emulator runtime (fiber switches, barriers, block set-up), in Python and
+the rest, and the hottest symbols. Needs Linux ``perf`` (``perf_event_paranoid`` <= 2); sampling uses the CPU
+clock, so it also works in virtual machines without hardware counters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def child(steps: int, control: str) -> None:
+    import numpy as np
+
+    sys.path.insert(0, str(HERE))
+    import emu_speed
+    from common import solution_sources
+
+    os.environ["MINITORCH_WORKSPACE"] = tempfile.mkdtemp(prefix="minitorch-profile-")
+    os.environ["MINITORCH_PHASE"] = "phase7"
+    from phase6_mnist import mnist_cnn
+
+    import minitorch
+    from minitorch import backend, data, emu, graph, optim
+    from minitorch import functional as F  # noqa: N812
+    from minitorch.kernels import write_source
+
+    minitorch.set_device("emu")
+    for lab in emu_speed.LABS:
+        for name, text in solution_sources(f"{lab}.ipynb").items():
+            write_source(name, text)
+    images, labels = data.load_mnist("train")
+    x_train = ((images.astype(np.float32) / 255 - 0.1307) / 0.3081)[:, None]
+    y_train = labels.astype(np.int32)
+    model = mnist_cnn(0)
+    optimizer = optim.Adam(model.parameters(), lr=2e-3)
+    x_batch = minitorch.zeros((emu_speed.MNIST_BATCH, 1, 28, 28))
+    y_batch = F.class_indices(np.zeros(emu_speed.MNIST_BATCH, np.int64))
+
+    def train_step() -> None:
+        optimizer.zero_grad()
+        F.cross_entropy(model(x_batch), y_batch).backward()
+        optimizer.step()
+
+    def run(first: int, count: int) -> None:
+        b = emu_speed.MNIST_BATCH
+        for i in range(first, first + count):
+            x_batch.copy_from(x_train[i * b:(i + 1) * b])
+            y_batch.copy_from(y_train[i * b:(i + 1) * b])
+            step.replay()
+        backend.synchronize()
+
+    with emu.workers(1):
+        step = graph.capture(train_step)
+        run(0, 3)
+        with open(control, "w") as ctl:
+            ctl.write("enable\n")
+            ctl.flush()
+            cpu = time.process_time()
+            run(3, steps)
+            cpu = time.process_time() - cpu
+            ctl.write("disable\n")
+            ctl.flush()
+    print(f"step_cpu_seconds={cpu / steps}")
+
+
+def classify(dso: str) -> str:
+    if dso.startswith("mod-"):
+        return "kernel code (compiled modules)"
+    if dso.startswith("libminitorch_emu_rt"):
+        return "emulator runtime (fibers, barriers, block set-up)"
+    if dso.startswith("ld-linux"):
+        return "dynamic loader (TLS look-ups: the kernels' shared memory and threadIdx)"
+    if "python" in dso or dso.endswith(".cpython-311-x86_64-linux-gnu.so") or "numpy" in dso:
+        return "Python and NumPy"
+    return "other (libc, the OS kernel)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--steps", type=int, default=12, help="MNIST steps profiled (default 12)")
+    parser.add_argument("--out", help="directory for the JSON (default: benchmarks/results)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.steps, args.child)
+        return 0
+    sys.path.insert(0, str(HERE))
+    import common
+    from common import emulator_name, write_results
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fifo, data = os.path.join(tmp, "ctl"), os.path.join(tmp, "perf.data")
+        os.mkfifo(fifo)
+        run = subprocess.run(["perf", "record", "-F", "999", "-D", "-1", "--control", f"fifo:{fifo}", "-o", data,
+                              sys.executable, __file__, "--steps", str(args.steps), "--child", fifo],
+                             capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError("perf record failed:\n" + run.stdout + run.stderr)
+        step_cpu = float(re.search(r"step_cpu_seconds=([\d.e-]+)", run.stdout).group(1))
+        report = subprocess.run(["perf", "report", "-i", data, "--no-children", "--sort", "dso,sym", "--stdio",
+                                 "-g", "none", "--percent-limit", "0"], capture_output=True, text=True).stdout
+    shares: dict[str, float] = {}
+    symbols = []
+    for line in report.splitlines():
+        m = re.match(r"\s*([\d.]+)%\s+(\S+)\s+\[[.k]\]\s+(.*\S)", line)
+        if not m:
+            continue
+        pct, dso, sym = float(m.group(1)), m.group(2), m.group(3)
+        part = classify(dso)
+        shares[part] = round(shares.get(part, 0.0) + pct, 2)
+        symbols.append({"symbol": sym, "where": part, "percent": pct})
+    row = {"kind": "mnist_profile", "workers": 1, "steps": args.steps, "step_cpu_seconds": step_cpu,
+           "load_average_before": os.getloadavg()[0],
+           "shares_percent": dict(sorted(shares.items(), key=lambda kv: -kv[1])), "top_symbols": symbols[:20]}
+    print(row["shares_percent"])
+    if args.out:
+        common.RESULTS = Path(args.out)
+    write_results("emu_profile", emulator_name(), [row], cpu_count=os.cpu_count(),
+                  notes=["perf record -F 999 (CPU clock) of the timed MNIST steps only; percent of the samples",
+                         "kernel code: the compiled CUDA C of the reference kernels (their arithmetic, index "
+                         "divisions, the alignment checks); emulator runtime: the fiber switches, barrier and warp "
+                         "bookkeeping, block set-up"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
