@@ -207,7 +207,7 @@ def sandbox_env(env: dict[str, str]) -> dict[str, str]:
                GRADER_PROGRESS=str(INSIDE / "progress.json"), GRADER_SKIP_GATES="1",
                JUPYTER_RUNTIME_DIR=str(INSIDE / "jupyter-runtime"), MPLCONFIGDIR=str(INSIDE / "mpl"),
                XDG_CACHE_HOME=str(INSIDE / "cache"))
-    for name in ("MINITORCH_WORKSPACE", "GRADER_THRESHOLDS", "GRADER_ROOT"):
+    for name in ("MINITORCH_WORKSPACE", "GRADER_THRESHOLDS", "GRADER_ROOT", "GRADER_ISOLATION"):
         env.pop(name, None)
     return env
 
