@@ -154,11 +154,23 @@ def fill(out, value):
 """
 
 
+# Where the learner's module runs: one line a process that imports it
+WHERE_AM_I = """
+import os as _os
+with open({path!r}, "a") as _fh:
+    _fh.write(f"{{_os.getpid()}} {{_os.environ.get('GRADER_LEARNER_PROCESS', 'judge')}}\\n")
+"""
+
+
 @pytest.mark.slow
 def test_honest_reference_passes_isolated(tmp_path):
-    report = grade(tmp_path, solution_sources(),
-                   select="test_fill or test_copy_values or test_tensor_fill or test_results_come_from")
+    files = solution_sources()
+    marker = tmp_path / "imported-by.txt"
+    files["memory.py"] += WHERE_AM_I.format(path=str(marker))
+    report = grade(tmp_path, files, select="test_fill or test_copy_values or test_tensor_fill or test_results_come_from")
     assert all(c["result"] in ("PASS", "SKIP", "NOT MEASURED") for c in report["checks"]), report["checks"]
+    imports = marker.read_text().splitlines()
+    assert imports and all(line.endswith(" 1") for line in imports), imports  # never in the judge
 
 
 @pytest.mark.slow
