@@ -601,7 +601,13 @@ def uninstall() -> None:
 
 
 def enabled() -> bool:
-    return os.environ.get(ISOLATE_ENV) == "1" and os.environ.get(LEARNER_ENV) != "1"
+    """True in the graded tests of an isolated phase on the emulator (on a GPU the learner's code still runs
+    in the tests' process: ARCHITECTURE.md, Grader)."""
+    if os.environ.get(ISOLATE_ENV) != "1" or os.environ.get(LEARNER_ENV) == "1":
+        return False
+    from minitorch import backend
+
+    return backend.get_device() == "emu"
 
 
 # ---------------------------------------------------------------- the learner process

@@ -114,8 +114,9 @@ ISOLATION_ENV = "GRADER_ISOLATION"  # "0": the learner's code in the tests' own 
 
 
 def isolated(phase: Phase, env: dict[str, str]) -> bool:
-    """True when `phase`'s graded tests run with the learner's code in a process of its own."""
-    return (phase.name in ISOLATED_PHASES and env.get("MINITORCH_DEVICE") == "emu"
+    """True when `phase`'s graded tests run with the learner's code in a process of its own, if their device is
+    the emulator (the tests' process decides: grader.learner_process.enabled)."""
+    return (phase.name in ISOLATED_PHASES and env.get("MINITORCH_DEVICE", "emu") == "emu"
             and env.get(ISOLATION_ENV) != "0")
 
 

@@ -337,3 +337,34 @@ def test_a_dead_learner_process_is_reported_and_restarted(learner):
     with pytest.raises(learner_process.LearnerProcessError, match=r"died \(killed by SIGKILL\) while running die.die"):
         module.die()
     assert module.ok() == 42
+
+
+def test_results_lines_count_only_with_the_judges_mac(tmp_path):
+    """(3) A line written into the results file by anyone without the key is dropped, a forged MAC included."""
+    import json
+
+    from grader.subprocesses import event_mac, read_events
+
+    key = bytes(range(32))
+    real = {"event": "result", "nodeid": "t::a", "outcome": "failed", "reason": "values differ"}
+    forged = {"event": "result", "nodeid": "t::b", "outcome": "passed", "reason": ""}
+    path = tmp_path / "results.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in (
+        {**real, "mac": event_mac(key, real)}, forged, {**forged, "mac": "0" * 64},
+        {**forged, "mac": event_mac(b"another key" * 3, forged)}, {**real, "outcome": "passed", "mac": event_mac(key, real)},
+    )) + "\n")
+    assert read_events(path, key) == [real]
+    assert len(read_events(path)) == 5  # without a key (a phase not isolated) every line counts, as before
+
+
+def test_isolated_phases_are_the_launcher_level_ones():
+    from grader.phases import PHASES
+    from grader.tests_step import ISOLATED_PHASES, isolated
+
+    by_name = PHASES
+    for name in ISOLATED_PHASES:
+        assert isolated(by_name[name], {"MINITORCH_DEVICE": "emu"})
+        assert isolated(by_name[name], {})  # the device left to the tests' process: it isolates on the emulator
+        assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cuda"})
+        assert not isolated(by_name[name], {"MINITORCH_DEVICE": "emu", "GRADER_ISOLATION": "0"})
+    assert not isolated(by_name["phase3b"], {"MINITORCH_DEVICE": "emu"})
