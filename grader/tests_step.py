@@ -146,6 +146,8 @@ def run_tests_step(phase: Phase, env: dict[str, str], work: Path, opts: CheckOpt
         attempt += 1
         results_file = work / f"tests-results-{attempt}.jsonl"
         cmd = pytest_command(results_file) + ["--rootdir", str(rootdir), "--grader-device-info"]
+        if key is not None:  # neither the working directory nor the user's site-packages on the judge's path:
+            cmd[1:1] = ["-P", "-s"]  # both writable by the learner's code, and the judge imports lazily
         if use_timeout:
             cmd += [f"--timeout={per_test}", "--timeout-method=thread"]
         if opts.select:

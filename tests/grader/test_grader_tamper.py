@@ -368,3 +368,23 @@ def test_isolated_phases_are_the_launcher_level_ones():
         assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cuda"})
         assert not isolated(by_name[name], {"MINITORCH_DEVICE": "emu", "GRADER_ISOLATION": "0"})
     assert not isolated(by_name["phase3b"], {"MINITORCH_DEVICE": "emu"})
+
+
+def test_the_judge_maps_the_emulator_runtime_from_a_sealed_copy_of_the_pinned_library():
+    """The judge runs no library file the learner's code can rewrite: the emulator's runtime is loaded from a
+    sealed in-memory copy, and only when it matches the digest `grader check` took before the notebook ran."""
+    import subprocess
+    import sys
+
+    from grader import learner_process
+
+    digest = learner_process.runtime_pin()[learner_process.RUNTIME_SHA256_ENV]
+    probe = ("import sys\nfrom minitorch.emu import rt\n"
+             "try:\n    print(rt.load_sealed(sys.argv[1]))\nexcept RuntimeError as err:\n    print('refused:', err)\n"
+             "print(any('memfd:minitorch_emu_rt' in line for line in open('/proc/self/maps')))\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
+    good = subprocess.run([sys.executable, "-c", probe, digest], capture_output=True, text=True, env=env, timeout=120)
+    assert good.stdout.split() == ["True", "True"], good.stdout + good.stderr
+    bad = subprocess.run([sys.executable, "-c", probe, "0" * 64], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.stdout.startswith("refused:") and "changed since it was built" in bad.stdout, bad.stdout + bad.stderr
+    assert bad.stdout.rstrip().endswith("False")
