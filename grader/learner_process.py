@@ -55,7 +55,7 @@ import numpy as np
 
 ISOLATE_ENV = "GRADER_ISOLATE"
 LEARNER_ENV = "GRADER_LEARNER_PROCESS"   # set in the learner process itself
-RUNTIME_SHA256_ENV = "GRADER_EMU_RUNTIME_SHA256"  # the emulator runtime's digest, taken before any learner code ran
+RUNTIME_SHA256_ENV = "GRADER_EMU_RUNTIME"  # "<sha256>:<path>" of the emulator's runtime, pinned before any learner code ran
 MAX_FRAME_BYTES = 8 << 30
 MAX_LAUNCH_RECORDS = 64                  # latest launches of one call sent back (their arrays included)
 PR_SET_PDEATHSIG = 1
@@ -594,7 +594,9 @@ def install() -> None:
     # the cached library in place while the judge has it mapped, and so run its code in the judge.
     from minitorch.emu import rt
 
-    if not rt.load_sealed(os.environ.get(RUNTIME_SHA256_ENV)):
+    pinned = os.environ.get(RUNTIME_SHA256_ENV, "")
+    digest, _, path = pinned.partition(":")
+    if not rt.load_sealed(digest or None, path or None):
         raise RuntimeError("grader: the emulator's runtime was loaded from its cache before the learner's process "
                            "was isolated")
     kernels.set_learner_loaders(load_module, load_kernel)
@@ -609,14 +611,15 @@ def uninstall() -> None:
 
 
 def runtime_pin() -> dict[str, str]:
-    """``{RUNTIME_SHA256_ENV: digest}`` of the emulator's runtime library, built now if need be: taken by
-    ``grader check`` before the lab notebook (the learner's code) runs, so that the judge loads only that
-    library, whatever the notebook wrote into the cache."""
+    """``{RUNTIME_SHA256_ENV: "<sha256>:<path>"}`` of the emulator's runtime library, built now if need be: taken
+    by ``grader check`` before the lab notebook (the learner's code) runs, so that the judge loads only that
+    library, whatever the notebook wrote into the cache since."""
     import hashlib
 
     from minitorch.emu import compiler
 
-    return {RUNTIME_SHA256_ENV: hashlib.sha256(compiler.build_runtime().read_bytes()).hexdigest()}
+    path = compiler.build_runtime()
+    return {RUNTIME_SHA256_ENV: f"{hashlib.sha256(path.read_bytes()).hexdigest()}:{path}"}
 
 
 def enabled() -> bool:

@@ -72,18 +72,20 @@ FF_BENIGN, FF_ATOMIC, FF_FENCE, FF_ATOMIC_LATER = 1, 2, 4, 8
 _sealed: list[bool] = []
 
 
-def load_sealed(sha256: str | None = None) -> bool:
+def load_sealed(sha256: str | None = None, path: str | None = None) -> bool:
     """Load the runtime from a sealed in-memory copy of the built library rather than from the cache's file,
     which any process of the same user may rewrite while it is mapped here (a grader's process that must not
-    run code another process wrote). ``sha256``: the library's digest, taken before any such process ran; a
-    library in the cache that no longer matches it is refused (RuntimeError). True when the runtime in use is
-    that copy; False when it had already been loaded from the cache or memfd_create is missing."""
+    run code another process wrote). ``path`` and ``sha256``: the library to load (default: the one built in
+    this process's cache) and its digest, taken before any such process ran; a library that no longer matches
+    it is refused (RuntimeError). True when the runtime in use is that copy; False when it had already been
+    loaded from the cache or memfd_create is missing."""
     if _lib:
         return bool(_sealed)
     if not hasattr(os, "memfd_create"):
         return False
-    path = compiler.build_runtime()
-    data = path.read_bytes()
+    path = path or str(compiler.build_runtime())
+    with open(path, "rb") as fh:
+        data = fh.read()
     if sha256 is not None:
         import hashlib
 

@@ -378,13 +378,15 @@ def test_the_judge_maps_the_emulator_runtime_from_a_sealed_copy_of_the_pinned_li
 
     from grader import learner_process
 
-    digest = learner_process.runtime_pin()[learner_process.RUNTIME_SHA256_ENV]
+    digest, _, path = learner_process.runtime_pin()[learner_process.RUNTIME_SHA256_ENV].partition(":")
+    assert Path(path).is_file()
     probe = ("import sys\nfrom minitorch.emu import rt\n"
-             "try:\n    print(rt.load_sealed(sys.argv[1]))\nexcept RuntimeError as err:\n    print('refused:', err)\n"
+             "try:\n    print(rt.load_sealed(sys.argv[1], sys.argv[2]))\nexcept RuntimeError as err:\n"
+             "    print('refused:', err)\n"
              "print(any('memfd:minitorch_emu_rt' in line for line in open('/proc/self/maps')))\n")
     env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
-    good = subprocess.run([sys.executable, "-c", probe, digest], capture_output=True, text=True, env=env, timeout=120)
+    good = subprocess.run([sys.executable, "-c", probe, digest, path], capture_output=True, text=True, env=env, timeout=120)
     assert good.stdout.split() == ["True", "True"], good.stdout + good.stderr
-    bad = subprocess.run([sys.executable, "-c", probe, "0" * 64], capture_output=True, text=True, env=env, timeout=120)
+    bad = subprocess.run([sys.executable, "-c", probe, "0" * 64, path], capture_output=True, text=True, env=env, timeout=120)
     assert bad.stdout.startswith("refused:") and "changed since it was built" in bad.stdout, bad.stdout + bad.stderr
     assert bad.stdout.rstrip().endswith("False")
