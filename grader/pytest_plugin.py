@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from grader.subprocesses import RESULTS_KEY_ENV, event_mac
+
 # Errors after which a CUDA context (and so the whole process) is unusable.
 POISONED_CONTEXT = re.compile(
     r"cudaErrorIllegalAddress|cudaErrorLaunchFailure|cudaErrorIllegalInstruction|cudaErrorMisalignedAddress"
@@ -42,10 +44,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 class _Writer:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, key: bytes | None = None) -> None:
         self._fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the session
+        self._key = key
 
     def write(self, **event: Any) -> None:
+        if self._key is not None:  # signed: the grader believes no line the learner's process writes here
+            event = json.loads(json.dumps(event, default=str))
+            event["mac"] = event_mac(self._key, event)
         self._fh.write(json.dumps(event, default=str) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())  # the process may die on the next line
@@ -64,8 +70,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "hint(text): advice shown when the test fails")
     config.addinivalue_line("markers", "perf: a performance check (not measured without a GPU)")
     path = config.getoption("grader_results")
+    key = os.environ.pop(RESULTS_KEY_ENV, None)  # never passed on to a process this one starts
     if path and _writer is None:
-        _writer = _Writer(path)
+        _writer = _Writer(path, bytes.fromhex(key) if key else None)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

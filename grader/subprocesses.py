@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import signal
@@ -41,15 +43,33 @@ def kill_group(pgid: int) -> None:
         pass
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
+RESULTS_KEY_ENV = "GRADER_RESULTS_KEY"  # hex key under which the graded tests sign each event (grader.pytest_plugin)
+
+
+def event_mac(key: bytes, event: dict[str, Any]) -> str:
+    body = json.dumps({k: v for k, v in event.items() if k != "mac"}, sort_keys=True, default=str)
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def read_events(path: Path, key: bytes | None = None) -> list[dict[str, Any]]:
+    """The events of a results file; with `key`, only those whose MAC verifies under it (a line written by
+    anyone but the graded tests' own process is dropped)."""
     if not path.exists():
         return []
     events = []
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            events.append(json.loads(line))
+            event = json.loads(line)
         except json.JSONDecodeError:
-            pass  # a line cut by a crash
+            continue  # a line cut by a crash
+        if not isinstance(event, dict):
+            continue
+        if key is not None:
+            mac = event.get("mac")
+            if not (isinstance(mac, str) and hmac.compare_digest(mac, event_mac(key, event))):
+                continue
+            del event["mac"]
+        events.append(event)
     return events
 
 

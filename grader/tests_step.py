@@ -8,14 +8,16 @@ reached yet run again in a fresh process: a crashed CUDA context poisons the who
 from __future__ import annotations
 
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
-from grader import paths
+from grader import learner_process, paths
 from grader.options import CheckOptions
 from grader.phases import Phase
 from grader.report import CRASH, FAIL, INFO, NOT_MEASURED, PASS, SKIP, TIMEOUT, CheckResult, format_measure
 from grader.subprocesses import (
+    RESULTS_KEY_ENV,
     exit_description,
     has_pytest_timeout,
     last_launch,
@@ -101,8 +103,32 @@ def graded_test_files(phase: Phase, opts: CheckOptions) -> list[Path]:
     return [p for p in listed if p.exists()] or listed[:1]
 
 
+# Phases whose graded tests never import the learner's Python: it runs in a learner process of its own
+# (grader/learner_process.py, ARCHITECTURE.md "Grader"). On the emulator; on a GPU the tests still call it in
+# their own process (arrays by CUDA IPC and timing by the judge are not written yet).
+ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase4")
+
+
+ISOLATION_ENV = "GRADER_ISOLATION"  # "0": the learner's code in the tests' own process (the grader's own tests
+                                    # show with it what isolation stops); sandboxed grading removes it
+
+
+def isolated(phase: Phase, env: dict[str, str]) -> bool:
+    """True when `phase`'s graded tests run with the learner's code in a process of its own, if their device is
+    the emulator (the tests' process decides: grader.learner_process.enabled)."""
+    return (phase.name in ISOLATED_PHASES and env.get("MINITORCH_DEVICE", "emu") == "emu"
+            and env.get(ISOLATION_ENV) != "0")
+
+
 def run_tests_step(phase: Phase, env: dict[str, str], work: Path, opts: CheckOptions) -> tuple[list[CheckResult], str | None]:
     """Run the graded tests; returns their results and the device they reported."""
+    env = dict(env)
+    key: bytes | None = None
+    if isolated(phase, env):
+        # The judge signs each result it streams, under a key the learner's process never sees: a result
+        # line the learner writes into the file is not believed.
+        key = secrets.token_bytes(32)
+        env.update({learner_process.ISOLATE_ENV: "1", RESULTS_KEY_ENV: key.hex()})
     test_paths = graded_test_files(phase, opts)
     rootdir = test_paths[0].parent  # node ids are relative to it (used to re-run the remaining tests)
     use_timeout = has_pytest_timeout()
@@ -120,13 +146,15 @@ def run_tests_step(phase: Phase, env: dict[str, str], work: Path, opts: CheckOpt
         attempt += 1
         results_file = work / f"tests-results-{attempt}.jsonl"
         cmd = pytest_command(results_file) + ["--rootdir", str(rootdir), "--grader-device-info"]
+        if key is not None:  # neither the working directory nor the user's site-packages on the judge's path:
+            cmd[1:1] = ["-P", "-s"]  # both writable by the learner's code, and the judge imports lazily
         if use_timeout:
             cmd += [f"--timeout={per_test}", "--timeout-method=thread"]
         if opts.select:
             cmd += ["-k", opts.select]
         cmd += [str(rootdir / n) for n in remaining] if remaining is not None else [str(p) for p in test_paths]
         rc, output = run_isolated(cmd, env=env, cwd=work, timeout_s=step_timeout)
-        events = read_events(results_file)
+        events = read_events(results_file, key)
         starts: dict[str, dict[str, Any]] = {}
         finished: set[str] = set()
         poisoned = False

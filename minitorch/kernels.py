@@ -679,6 +679,8 @@ def load_kernel(filename: str, function: str, options: Sequence[str] = (),
 
     Cheap enough to call before every launch: the compiled kernel is reused until the file changes.
     """
+    if _learner_loaders is not None:
+        return _learner_loaders[1](filename, function, options, name_expressions)
     path, stamp = _stamp(filename)
     key = (path, function, backend.get_device(), tuple(options), tuple(name_expressions) if name_expressions else ())
     cached = _kernels.get(key)
@@ -702,6 +704,17 @@ def load_kernel(filename: str, function: str, options: Sequence[str] = (),
     kernel = Kernel(filename, function, raw, signatures.get(function))
     _kernels[key] = (stamp, kernel)
     return kernel
+
+
+def note_launches(counts: dict[tuple[str, str], int], launches: Sequence[Launch]) -> None:
+    """Launches made elsewhere on this process's behalf (the grader's learner process): added to the counts
+    and to the recordings open here, as if made here."""
+    with _lock:
+        for key, n in counts.items():
+            _launches[key] = _launches.get(key, 0) + n
+    for launch in launches:
+        for recorded in _recordings:
+            recorded.append(launch)
 
 
 def launch_count(filename: str, function: str) -> int:
@@ -744,8 +757,22 @@ def unrecorded() -> Iterator[None]:
 _py_modules: dict[str, tuple[tuple[int, int, int], types.ModuleType]] = {}
 
 
+# While the grader runs the graded tests, the learner's code runs in a process of its own
+# (grader/learner_process.py): these two load stand-ins for its modules and kernels instead.
+_learner_loaders: tuple[Any, Any] | None = None
+
+
+def set_learner_loaders(load_module_: Any, load_kernel_: Any) -> None:
+    """Route ``load_module`` and ``load_kernel`` to the given functions (None, None: back to importing and
+    compiling here)."""
+    global _learner_loaders
+    _learner_loaders = None if load_module_ is None else (load_module_, load_kernel_)
+
+
 def load_module(filename: str) -> types.ModuleType:
     """Import the learner's ``filename`` (e.g. ``memory.py``), re-importing whenever the file changes."""
+    if _learner_loaders is not None:
+        return _learner_loaders[0](filename)
     if not filename.endswith(".py"):
         raise ValueError(f"expected a Python file name such as 'memory.py', got {filename!r}")
     path, stamp = _stamp(filename)

@@ -12,6 +12,21 @@ if os.environ.get("GRADER_RUNNING") != "1":
     collect_ignore_glob = ["test_*.py"]
 
 
+def pytest_configure(config):
+    """In an isolated phase the learner's modules and kernels run in a process of their own
+    (grader/learner_process.py): routed there before any test loads one."""
+    from grader import learner_process
+
+    if learner_process.enabled():
+        learner_process.install()
+
+
+def pytest_unconfigure(config):
+    from grader import learner_process
+
+    learner_process.uninstall()
+
+
 @pytest.fixture(autouse=True)
 def _deliverable_saved_as_one_pair(request):
     """A test that reads a saved model grades it only if the model and its record come from one run

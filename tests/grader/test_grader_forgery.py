@@ -8,8 +8,9 @@ This file is about the grade itself:
   writes a forged report wherever it can, or that ships its own ``grader`` package, gets its real
   grade (test_forged_reports_are_not_believed);
 - the deliverable is re-evaluated outside the sandbox from the saved files only: a submission that
-  patches the graded test from inside (which it can: its launcher module shares the test process)
-  gets PASS for that check inside, and FAIL from the grader (test_a_forged_deliverable_fails_outside);
+  patches the graded test from inside gets FAIL from the grader (test_a_forged_deliverable_fails_outside);
+  in Phase 4 its patch does not even reach the test, whose launcher modules run in a learner process of
+  their own (grader/learner_process.py; tests/grader/test_grader_tamper.py);
 - the saved files are read as untrusted input (the test_outside_* unit tests below).
 """
 
@@ -254,10 +255,11 @@ def _phase4_notebook(*, perfect: bool, reduce_py_extra: str = "") -> nbformat.No
 @pytest.mark.slow
 def test_a_forged_deliverable_fails_outside(tmp_path, sales_dir):
     """Phase 4 with the reference kernels, a model that always predicts one price, and a reduce.py
-    that patches the deliverable's graded test: inside the sandbox every check passes, that one
-    included (code in the test process can do that); outside, the grader re-evaluates the saved
-    files: FAIL, not passed. Everything else passing also shows that an honest Phase 4 submission
-    gets the earlier phases' files it builds on (the exact model passes outside: the unit test below)."""
+    that patches the deliverable's graded test. The patch runs in the learner process, not in the graded
+    tests' (Phase 4 is isolated): the deliverable's test still FAILs inside; and outside, the grader
+    re-evaluates the saved files: FAIL, not passed. Everything else passing also shows that an honest Phase 4
+    submission gets the earlier phases' files it builds on (the exact model passes outside: the unit test
+    below)."""
     trudy = tmp_path / "submissions" / "trudy"
     trudy.mkdir(parents=True)
     nbformat.write(_phase4_notebook(perfect=False, reduce_py_extra=PATCH_THE_TEST), trudy / "phase4_reductions.ipynb")
@@ -266,10 +268,12 @@ def test_a_forged_deliverable_fails_outside(tmp_path, sales_dir):
     assert row["passed"] == "False", row
     assert row["deliverable"].startswith("sales: FAIL: test MAE"), row
     assert "x the mean predictor's" in row["deliverable"], row
-    # What the forgery achieved inside: no graded check failed, the deliverable's included...
-    assert int(row["passed_checks"]) > 50 and "test_sales_model" not in row["failed_checks"], row
-    # ...and the one failure is the grader's own re-evaluation.
-    assert row["failed_checks"].startswith("sales (re-evaluated by the grader): test MAE"), row
+    # What the forgery achieved inside: nothing. The only failures are the deliverable's graded test, unpatched
+    # (before the isolation it was patched to pass), and the grader's own re-evaluation.
+    failed = row["failed_checks"]
+    assert int(row["passed_checks"]) > 50 and failed.count(" [") == 1, row
+    assert failed.startswith("test_sales_model_beats_the_mean_predictor [FAIL]; "
+                             "sales (re-evaluated by the grader): test MAE"), row
 
 
 # ---------------------------------------------------------------- the saved files are untrusted

@@ -1,0 +1,782 @@
+"""The learner's code runs in a process of its own: the graded tests (the judge) never import it.
+
+While the graded tests of an isolated phase run (``GRADER_ISOLATE=1``, set by ``grader check``),
+``kernels.load_module`` and ``kernels.load_kernel`` return stand-ins (:class:`ProxyModule`,
+:class:`ProxyKernel`) whose calls are made in a **learner process**: started by the judge on the
+first call, in the same sandbox, restarted after it dies. The judge sends the arguments and receives
+the results:
+
+- device arrays travel by value: the judge sends each array's bytes (shape, dtype), the learner
+  process makes a device array of them, calls the launcher, then sends back the bytes of every array
+  the call changed, which the judge writes into its own arrays (launchers write their outputs in
+  place). One array passed twice arrives as one array. NumPy arrays, NumPy scalars (their dtype
+  kept), numbers, strings, tuples, lists and dicts of them travel as they are;
+- nothing the learner process sends is unpickled or executed: replies are a JSON header and raw
+  bytes, decoded into those types only;
+- an exception comes back as the same type where it is a builtin or one of the course's own
+  (``KernelCompileError``, ``KernelLaunchError``, ``emu.KernelFault`` with its kind and location, ...)
+  with its message and causes; any other type (pytest's ``Skipped`` included) becomes a RuntimeError
+  naming it, so that a learner's ``pytest.skip()`` is a failure, not a skip;
+- the evidence the tests read about launches is the learner process's word: each reply carries the
+  launch counts of the call and its latest launches (kernel, grid, block, arguments), which the judge
+  adds to ``kernels.launch_count`` and to the open ``kernels.recording()`` lists. Replaying such a
+  record launches the kernel again in the learner process, on the judge's arrays. A forged record can
+  at most hide that a result was computed another way (on the host, say); the values are checked by
+  the judge whatever the records say;
+- the emulator's settings of the judge's block (check mode, schedule order, time limit) go with each
+  call, and a capture of a CUDA graph in the judge (``checks.run_without_host_transfers``) becomes a
+  capture of the call in the learner process: a launcher that copies between host and device is
+  refused there, with CUDA's words.
+
+Every value comparison, and the verdict, are made in the judge; a submission can patch whatever it
+likes in its own process (``grader.checks``, pytest, the timer) and it changes nothing the judge
+runs. The judge makes itself non-dumpable before it starts the learner process (no ptrace, no
+/proc/<judge>/mem), and its stream of results carries an HMAC under a key the learner process never
+sees (grader/pytest_plugin.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import types
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ISOLATE_ENV = "GRADER_ISOLATE"
+LEARNER_ENV = "GRADER_LEARNER_PROCESS"   # set in the learner process itself
+RUNTIME_SHA256_ENV = "GRADER_EMU_RUNTIME"  # "<sha256>:<path>" of the emulator's runtime, pinned before any learner code ran
+MAX_FRAME_BYTES = 8 << 30
+MAX_LAUNCH_RECORDS = 64                  # latest launches of one call sent back (their arrays included)
+PR_SET_PDEATHSIG = 1
+_HEADER = struct.Struct("<Q")
+
+
+class LearnerProcessError(RuntimeError):
+    """The learner process died, or sent something that is not a reply."""
+
+
+class TransportError(TypeError):
+    """A value that cannot travel between the judge and the learner process."""
+
+
+# ---------------------------------------------------------------- frames: a JSON header and raw buffers
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 1 << 24))
+        if not chunk:
+            raise EOFError("pipe closed")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def send_frame(fd: int, header: dict, buffers: list[bytes]) -> None:
+    head = json.dumps(header).encode()
+    parts = [_HEADER.pack(len(head)), head, _HEADER.pack(len(buffers))]
+    for b in buffers:
+        parts += [_HEADER.pack(len(b)), b]
+    _write_all(fd, b"".join(parts))
+
+
+def recv_frame(fd: int) -> tuple[dict, list[bytes]]:
+    (n,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
+    if n > MAX_FRAME_BYTES:
+        raise LearnerProcessError(f"a reply header of {n} bytes")
+    header = json.loads(_read_exact(fd, n).decode())
+    if not isinstance(header, dict):
+        raise LearnerProcessError("a reply that is not a JSON object")
+    (count,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
+    buffers, total = [], 0
+    for _ in range(count):
+        (size,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
+        total += size
+        if total > MAX_FRAME_BYTES:
+            raise LearnerProcessError(f"a reply of more than {MAX_FRAME_BYTES} bytes")
+        buffers.append(_read_exact(fd, size))
+    return header, buffers
+
+
+# ---------------------------------------------------------------- values
+
+
+def _dtype(name: Any) -> np.dtype:
+    if not isinstance(name, str):
+        raise LearnerProcessError(f"a dtype that is not a name: {name!r}")
+    dt = np.dtype(name)
+    if dt.kind not in "biufc" or dt.hasobject:
+        raise LearnerProcessError(f"an array of {dt}, which cannot travel")
+    return dt
+
+
+def _shape(shape: Any) -> tuple[int, ...]:
+    if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+        raise LearnerProcessError(f"a shape that is not a list of sizes: {shape!r}")
+    return tuple(shape)
+
+
+class Encoder:
+    """Values to JSON and buffers; device arrays go to a table of slots (one slot per array)."""
+
+    def __init__(self, with_contents: bool = True) -> None:
+        self.buffers: list[bytes] = []
+        self.slots: list[dict] = []
+        self.arrays: list[Any] = []           # the device array of each slot
+        self._slot_of: dict[tuple, int] = {}  # (address, nbytes, dtype, shape) -> slot
+        self._base_of: dict[tuple, int] = {}  # (address, nbytes) -> the first slot there
+        self.with_contents = with_contents
+
+    def buffer(self, data: bytes) -> int:
+        self.buffers.append(data)
+        return len(self.buffers) - 1
+
+    def register(self, a: Any, buffer: int | None) -> int:
+        """A new slot for the device array `a`, its contents in `buffer` (None: not sent)."""
+        slot = self._slot_of[(_address(a), a.nbytes, str(a.dtype), tuple(a.shape))] = len(self.slots)
+        self._base_of.setdefault((_address(a), a.nbytes), slot)
+        self.slots.append({"dtype": str(a.dtype), "shape": list(a.shape), "b": buffer})
+        self.arrays.append(a)
+        return slot
+
+    def device(self, a: Any) -> dict:
+        from minitorch import backend
+
+        key = (_address(a), a.nbytes, str(a.dtype), tuple(a.shape))
+        slot = self._slot_of.get(key)
+        if slot is not None:
+            return {"t": "dev", "i": slot}
+        base = self._base_of.get((_address(a), a.nbytes))
+        if base is not None:  # another view of a slot's array (out.reshape(-1), x.view(np.uint32))
+            return {"t": "view", "i": base, "dtype": str(a.dtype), "shape": list(a.shape)}
+        contents = np.ascontiguousarray(backend.asnumpy(a)).tobytes() if self.with_contents else None
+        return {"t": "dev", "i": self.register(a, None if contents is None else self.buffer(contents))}
+
+    def encode(self, v: Any) -> Any:
+        from minitorch import backend
+
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if isinstance(v, np.generic):
+            if v.dtype.hasobject or v.dtype.kind not in "biufc":
+                raise TransportError(f"a NumPy scalar of {v.dtype} cannot travel")
+            return {"t": "npscalar", "dtype": str(v.dtype), "b": self.buffer(v.tobytes())}
+        if isinstance(v, int):
+            return {"t": "int", "v": str(v)}  # any size
+        if isinstance(v, float):
+            return {"t": "float", "v": v.hex()}
+        if isinstance(v, np.ndarray):
+            if v.dtype.hasobject or v.dtype.kind not in "biufc":
+                raise TransportError(f"a NumPy array of {v.dtype} cannot travel")
+            return {"t": "host", "dtype": str(v.dtype), "shape": list(v.shape),
+                    "b": self.buffer(np.ascontiguousarray(v).tobytes())}
+        if backend.is_device_array(v):
+            return self.device(v)
+        if isinstance(v, tuple):
+            return {"t": "tuple", "v": [self.encode(x) for x in v]}
+        if isinstance(v, list):
+            return {"t": "list", "v": [self.encode(x) for x in v]}
+        if isinstance(v, dict):
+            return {"t": "dict", "v": [[self.encode(k), self.encode(x)] for k, x in v.items()]}
+        if isinstance(v, np.dtype):
+            return {"t": "dtype", "v": str(v)}
+        if isinstance(v, type) and issubclass(v, np.generic):
+            return {"t": "nptype", "v": np.dtype(v).name}
+        if isinstance(v, slice):
+            return {"t": "slice", "v": [self.encode(v.start), self.encode(v.stop), self.encode(v.step)]}
+        raise TransportError(f"a {type(v).__module__}.{type(v).__qualname__} cannot be passed between the "
+                             f"grader and the learner's process (device arrays, NumPy arrays and scalars, numbers, "
+                             f"strings, and tuples, lists and dicts of them can)")
+
+
+class Decoder:
+    def __init__(self, buffers: list[bytes], arrays: list[Any]) -> None:
+        self.buffers, self.arrays = buffers, arrays
+
+    def _buf(self, i: Any) -> bytes:
+        if not (isinstance(i, int) and 0 <= i < len(self.buffers)):
+            raise LearnerProcessError(f"a reference to buffer {i!r} of {len(self.buffers)}")
+        return self.buffers[i]
+
+    def decode(self, v: Any) -> Any:
+        if v is None or isinstance(v, (bool, str)):
+            return v
+        if not isinstance(v, dict) or not isinstance(v.get("t"), str):
+            raise LearnerProcessError(f"an encoded value that is not one: {str(v)[:80]}")
+        t = v["t"]
+        if t == "int":
+            return int(v["v"])
+        if t == "float":
+            return float.fromhex(v["v"])
+        if t == "npscalar":
+            dt = _dtype(v["dtype"])
+            return np.frombuffer(self._buf(v["b"]), dtype=dt, count=1)[0]
+        if t == "host":
+            dt, shape = _dtype(v["dtype"]), _shape(v["shape"])
+            return np.frombuffer(self._buf(v["b"]), dtype=dt).reshape(shape).copy()
+        if t == "dev":
+            i = v.get("i")
+            if not (isinstance(i, int) and 0 <= i < len(self.arrays)):
+                raise LearnerProcessError(f"a reference to array {i!r} of {len(self.arrays)}")
+            return self.arrays[i]
+        if t == "view":
+            i = v.get("i")
+            if not (isinstance(i, int) and 0 <= i < len(self.arrays)):
+                raise LearnerProcessError(f"a reference to array {i!r} of {len(self.arrays)}")
+            base, dt, shape = self.arrays[i], _dtype(v["dtype"]), _shape(v["shape"])
+            if base.nbytes != int(np.prod(shape, dtype=np.int64)) * dt.itemsize:
+                raise LearnerProcessError("a view of another size than its array")
+            return base.reshape(-1).view(dt).reshape(shape)
+        if t in ("tuple", "list"):
+            items = [self.decode(x) for x in v["v"]]
+            return tuple(items) if t == "tuple" else items
+        if t == "dict":
+            return {self.decode(k): self.decode(x) for k, x in v["v"]}
+        if t == "dtype":
+            return _dtype(v["v"])
+        if t == "nptype":
+            return _dtype(v["v"]).type
+        if t == "slice":
+            return slice(*(self.decode(x) for x in v["v"]))
+        raise LearnerProcessError(f"a value of unknown kind {t!r}")
+
+
+def _address(a: Any) -> int:
+    data = getattr(a, "data", None)
+    ptr = getattr(data, "ptr", None)
+    return int(ptr if ptr is not None else a.ptr)
+
+
+# ---------------------------------------------------------------- exceptions
+
+
+def _course_exceptions() -> dict[str, type[BaseException]]:
+    """The course's own exception types a learner process may raise, by name."""
+    from minitorch import backend, kernels
+
+    found: dict[str, type[BaseException]] = {
+        c.__name__: c for c in (kernels.KernelNotWrittenError, kernels.KernelStubError, kernels.KernelCompileError,
+                                kernels.KernelLaunchError, backend.DeviceError)}
+    try:
+        from minitorch.emu import errors
+    except ImportError:
+        return found
+    for name in dir(errors):
+        obj = getattr(errors, name)
+        if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == errors.__name__:
+            found[name] = obj
+    return found
+
+
+_NOT_PASSED_ON = {"SystemExit", "KeyboardInterrupt", "GeneratorExit", "BaseExceptionGroup", "ExceptionGroup"}
+_FAULT_ATTRS = ("kernel", "block", "thread", "argument", "argument_name", "offset", "nbytes", "file", "line", "kind",
+                "findings")
+
+
+def _jsonable(v: Any) -> bool:
+    try:
+        json.dumps(v)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def encode_exception(exc: BaseException) -> list[dict]:
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen and len(chain) < 8:
+        seen.add(id(exc))
+        args = list(exc.args) if all(isinstance(a, (str, int, float)) or a is None for a in exc.args) else [str(exc)]
+        attrs = {k: getattr(exc, k) for k in _FAULT_ATTRS if hasattr(exc, k) and _jsonable(getattr(exc, k))}
+        chain.append({"type": type(exc).__name__, "module": type(exc).__module__, "args": args,
+                      "text": str(exc), "attrs": attrs, "cause": exc.__cause__ is not None})
+        exc = exc.__cause__ if exc.__cause__ is not None else (
+            None if exc.__suppress_context__ else exc.__context__)
+    return chain
+
+
+def _make_exception(entry: dict, course: dict[str, type[BaseException]]) -> BaseException:
+    name, text = str(entry.get("type")), str(entry.get("text", ""))
+    args = entry.get("args") if isinstance(entry.get("args"), list) else [text]
+    cls = course.get(name)
+    if cls is None and entry.get("module") == "builtins" and name not in _NOT_PASSED_ON:
+        candidate = getattr(__import__("builtins"), name, None)
+        if isinstance(candidate, type) and issubclass(candidate, Exception):
+            cls = candidate
+    if cls is None:  # a type of the learner's (or pytest's Skipped, or SystemExit): a plain error naming it
+        return RuntimeError(f"{name}: {text}" if text else name)
+    try:
+        exc = cls(*args)
+    except Exception:  # noqa: BLE001 - a constructor with other arguments: the message is what matters
+        exc = cls.__new__(cls)
+        exc.args = tuple(args)
+    for k, v in (entry.get("attrs") or {}).items():
+        if k in _FAULT_ATTRS:
+            with_tuples = tuple(v) if k in ("block", "thread") and isinstance(v, list) else v
+            try:
+                setattr(exc, k, with_tuples)
+            except (AttributeError, TypeError):
+                pass
+    return exc
+
+
+def decode_exception(chain: Any) -> BaseException:
+    if not isinstance(chain, list) or not chain or not all(isinstance(e, dict) for e in chain):
+        return LearnerProcessError("the learner's process reported an error it did not describe")
+    course = _course_exceptions()
+    made = [_make_exception(e, course) for e in chain]
+    for outer, inner, entry in zip(made, made[1:], chain, strict=False):
+        if entry.get("cause"):
+            outer.__cause__ = inner
+        else:
+            outer.__context__ = inner
+    return made[0]
+
+
+# ---------------------------------------------------------------- the judge's side
+
+
+def _emu_settings() -> dict:
+    from minitorch import backend
+
+    if backend.get_device() != "emu":
+        return {}
+    from minitorch.emu import config
+
+    name, seed = config.schedule()
+    return {"check": bool(config.check_enabled()), "schedule": [name, int(seed)], "timeout": config.timeout_s()}
+
+
+def _capturing() -> bool:
+    from minitorch import backend
+
+    return bool(backend.get_backend().capturing)
+
+
+class LearnerProcess:
+    """The judge's handle on the learner process: one request at a time, started on first use."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+        self._to: int | None = None
+        self._from: int | None = None
+        self._lock = threading.Lock()
+        self.starts = 0
+
+    def _start(self) -> None:
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GRADER_RESULTS")}
+        env[LEARNER_ENV] = "1"
+        env.pop(ISOLATE_ENV, None)
+        root = str(Path(__file__).resolve().parents[1])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-P", "-s", "-c", "import sys; from grader.learner_process import serve; "
+             "serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))", str(to_r), str(from_w), str(os.getpid())],
+            pass_fds=(to_r, from_w), env=env, stdin=subprocess.DEVNULL)
+        os.close(to_r)
+        os.close(from_w)
+        self._to, self._from = to_w, from_r
+        self.starts += 1
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        for fd in (self._to, self._from):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._to = self._from = None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    def request(self, header: dict, encoder: Encoder) -> tuple[dict, list[bytes]]:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self.stop()
+                self._start()
+            assert self._to is not None and self._from is not None
+            try:
+                send_frame(self._to, {**header, "slots": encoder.slots}, encoder.buffers)
+                return recv_frame(self._from)
+            except (EOFError, OSError, ValueError, LearnerProcessError, struct.error) as err:
+                proc = self._proc
+                self.stop()
+                code = proc.wait() if proc is not None else None
+                died = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
+                        else f"exit status {code}")
+                raise LearnerProcessError(
+                    f"the learner's process died ({died}) while running {header.get('what', '?')}"
+                    + ("" if isinstance(err, EOFError) else f": {err}")) from None
+
+
+_process = LearnerProcess()
+
+
+def learner_process() -> LearnerProcess:
+    return _process
+
+
+def _call(header: dict, args: tuple, kwargs: dict, what: str) -> Any:
+    """Send one call (a launcher, or a kernel launch) and apply its reply in the judge."""
+    from minitorch import backend
+
+    capture = _capturing()
+    encoder = Encoder(with_contents=not capture)  # nothing is read from the device during a capture
+    payload = {"args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}
+    header = {**header, **payload, "what": what, "capture": capture, "emu": _emu_settings()}
+    reply, buffers = _process.request(header, encoder)
+    if reply.get("warnings"):
+        _rewarn(reply["warnings"])
+    # Arrays the call changed are written back; arrays new to the judge (a returned array, a launcher's scratch
+    # buffer seen in a launch record) are made from their bytes.
+    judge_arrays = list(encoder.arrays)
+    slots = reply.get("slots")
+    if not isinstance(slots, list):
+        raise LearnerProcessError("a reply without its array table")
+    for i, slot in enumerate(slots):
+        if not isinstance(slot, dict):
+            raise LearnerProcessError("an array table entry that is not one")
+        b = slot.get("b")
+        if i < len(judge_arrays):
+            if b is None or capture:
+                continue
+            a = judge_arrays[i]
+            host = np.frombuffer(_checked_buffer(buffers, b), dtype=a.dtype)
+            if host.size != a.size:
+                raise LearnerProcessError(f"array {i} came back with {host.size} elements, not {a.size}")
+            a.set(host.reshape(a.shape))
+        else:
+            dt, shape = _dtype(slot.get("dtype")), _shape(slot.get("shape"))
+            if b is None or capture:
+                judge_arrays.append(backend.empty(shape, dt))
+            else:
+                judge_arrays.append(backend.asarray(np.frombuffer(_checked_buffer(buffers, b), dtype=dt).reshape(shape)))
+    decoder = Decoder(buffers, judge_arrays)
+    if not capture:
+        _note_launches(reply, decoder)
+    if "error" in reply:
+        raise decode_exception(reply["error"])
+    return decoder.decode(reply.get("result"))
+
+
+def _checked_buffer(buffers: list[bytes], b: Any) -> bytes:
+    if not (isinstance(b, int) and 0 <= b < len(buffers)):
+        raise LearnerProcessError(f"a reference to buffer {b!r} of {len(buffers)}")
+    return buffers[b]
+
+
+def _rewarn(items: Any) -> None:
+    from minitorch.emu import errors
+
+    known = {c.__name__: c for c in (UserWarning, RuntimeWarning, errors.EmuWarning, errors.ArgumentWarning,
+                                     errors.RaceWarning)}
+    for item in items if isinstance(items, list) else []:
+        if isinstance(item, dict):
+            warnings.warn(str(item.get("message", "")), known.get(str(item.get("category")), UserWarning), stacklevel=3)
+
+
+def _note_launches(reply: dict, decoder: Decoder) -> None:
+    """The learner process's launch counts and records of this call, added to the judge's."""
+    from minitorch import kernels
+
+    counts: dict[tuple[str, str], int] = {}
+    for entry in reply.get("counts") or []:
+        if isinstance(entry, list) and len(entry) == 3 and isinstance(entry[2], int):
+            counts[(str(entry[0]), str(entry[1]))] = entry[2]
+    launches = []
+    for rec in reply.get("launches") or []:
+        try:
+            kernel = ProxyKernel(str(rec["file"]), str(rec["function"]), None, tuple(rec.get("options") or ()))
+            launches.append(kernels.Launch(kernel, tuple(int(g) for g in rec["grid"]), tuple(int(b) for b in rec["block"]),
+                                           tuple(decoder.decode(rec["args"])), int(rec.get("shared_mem", 0))))
+        except (KeyError, TypeError, ValueError) as err:
+            raise LearnerProcessError(f"a launch record that is not one ({err})") from None
+    kernels.note_launches(counts, launches)
+
+
+class ProxyKernel:
+    """A learner's kernel, launched in the learner process: called like ``kernels.Kernel``."""
+
+    def __init__(self, filename: str, function: str, params: list[str] | None,
+                 options: tuple = (), name_expressions: tuple = ()) -> None:
+        self.filename, self.function, self.params = filename, function, params
+        self.options, self.name_expressions = tuple(options), tuple(name_expressions)
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.function} from {self.filename} (in the learner's process)>"
+
+    def __call__(self, grid: Any, block: Any, args: Any, shared_mem: int = 0, **kwargs: Any) -> None:
+        from minitorch.kernels import _as_dims
+
+        _call({"op": "launch", "file": self.filename, "function": self.function, "options": list(self.options),
+               "names": list(self.name_expressions), "grid": list(_as_dims(grid)), "block": list(_as_dims(block)),
+               "shared_mem": int(shared_mem)}, tuple(args), kwargs, f"kernel `{self.function}` from {self.filename}")
+
+
+def load_kernel(filename: str, function: str, options: Any = (), name_expressions: Any = None) -> ProxyKernel:
+    """The judge's ``kernels.load_kernel``: compiled (and its errors raised) in the learner process."""
+    params = _call({"op": "load_kernel", "file": filename, "function": function, "options": list(options),
+                    "names": list(name_expressions or ())}, (), {}, f"load_kernel({filename!r}, {function!r})")
+    return ProxyKernel(filename, function, params, tuple(options), tuple(name_expressions or ()))
+
+
+class ProxyModule(types.ModuleType):
+    """A learner's Python module, imported in the learner process: its functions are called there and its
+    plain values (numbers, strings, tuples of them) copied here."""
+
+    def __init__(self, filename: str, names: dict[str, Any]) -> None:
+        super().__init__(f"minitorch.workspace.{Path(filename).stem}")
+        self.__file__ = filename
+        for name, value in names.items():
+            setattr(self, name, value)
+
+
+def _function(filename: str, name: str) -> Any:
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return _call({"op": "call", "file": filename, "name": name}, args, kwargs, f"{filename[:-3]}.{name}")
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+_modules: dict[str, tuple[Any, ProxyModule]] = {}
+
+
+def load_module(filename: str) -> ProxyModule:
+    """The judge's ``kernels.load_module``: imported (and its errors raised) in the learner process, again
+    whenever the file changes."""
+    from minitorch import kernels
+
+    if not filename.endswith(".py"):
+        raise ValueError(f"expected a Python file name such as 'memory.py', got {filename!r}")
+    _, stamp = kernels._stamp(filename)
+    cached = _modules.get(filename)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    listing = _call({"op": "load_module", "file": filename}, (), {}, f"import of {filename}")
+    if not isinstance(listing, dict):
+        raise LearnerProcessError(f"the import of {filename} answered {type(listing).__name__}")
+    names = {str(k): (_function(filename, str(k)) if v == ("function",) else v[1])
+             for k, v in listing.items() if isinstance(v, tuple) and v}
+    module = ProxyModule(filename, names)
+    _modules[filename] = (stamp, module)
+    return module
+
+
+def install() -> None:
+    """Route this (the judge's) process's loads of learner code to the learner process."""
+    from grader import sandbox
+    from minitorch import kernels
+
+    sandbox.protect_this_process()
+    # The emulator's runtime, mapped here from a sealed copy: the learner's process (same user) could rewrite
+    # the cached library in place while the judge has it mapped, and so run its code in the judge.
+    from minitorch.emu import rt
+
+    pinned = os.environ.get(RUNTIME_SHA256_ENV, "")
+    digest, _, path = pinned.partition(":")
+    if not rt.load_sealed(digest or None, path or None):
+        raise RuntimeError("grader: the emulator's runtime was loaded from its cache before the learner's process "
+                           "was isolated")
+    kernels.set_learner_loaders(load_module, load_kernel)
+
+
+def uninstall() -> None:
+    from minitorch import kernels
+
+    kernels.set_learner_loaders(None, None)
+    _process.stop()
+    _modules.clear()
+
+
+def runtime_pin() -> dict[str, str]:
+    """``{RUNTIME_SHA256_ENV: "<sha256>:<path>"}`` of the emulator's runtime library, built now if need be: taken
+    by ``grader check`` before the lab notebook (the learner's code) runs, so that the judge loads only that
+    library, whatever the notebook wrote into the cache since."""
+    import hashlib
+
+    from minitorch.emu import compiler
+
+    path = compiler.build_runtime()
+    return {RUNTIME_SHA256_ENV: f"{hashlib.sha256(path.read_bytes()).hexdigest()}:{path}"}
+
+
+def enabled() -> bool:
+    """True in the graded tests of an isolated phase on the emulator (on a GPU the learner's code still runs
+    in the tests' process: ARCHITECTURE.md, Grader)."""
+    if os.environ.get(ISOLATE_ENV) != "1" or os.environ.get(LEARNER_ENV) == "1":
+        return False
+    from minitorch import backend
+
+    return backend.get_device() == "emu"
+
+
+# ---------------------------------------------------------------- the learner process
+
+
+def _die_with(judge: int) -> None:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != judge:
+        os._exit(1)
+
+
+def _listing(module: types.ModuleType) -> dict:
+    """{name: ("function",) or ("value", v)}: the module's functions, and its plain values."""
+    out: dict[str, tuple] = {}
+    for name, value in vars(module).items():
+        if name.startswith("__") or isinstance(value, (type, types.ModuleType)):
+            continue
+        if callable(value):
+            out[name] = ("function",)
+        elif _plain(value):
+            out[name] = ("value", value)
+    return out
+
+
+def _plain(v: Any) -> bool:
+    if v is None or isinstance(v, (bool, int, float, str, np.generic)):
+        return True
+    return isinstance(v, tuple) and all(_plain(x) for x in v)
+
+
+def _run(header: dict, args: tuple, kwargs: dict) -> Any:
+    from minitorch import backend, graph, kernels
+
+    op = header.get("op")
+    if op == "load_module":
+        return _listing(kernels.load_module(str(header["file"])))
+    if op == "load_kernel":
+        k = kernels.load_kernel(str(header["file"]), str(header["function"]), tuple(header.get("options") or ()),
+                                tuple(header.get("names") or ()) or None)
+        return k.params
+    if op == "launch":
+        kernel = kernels.load_kernel(str(header["file"]), str(header["function"]), tuple(header.get("options") or ()),
+                                     tuple(header.get("names") or ()) or None)
+        fn = lambda: kernel(tuple(header["grid"]), tuple(header["block"]), args,  # noqa: E731
+                            shared_mem=int(header.get("shared_mem", 0)), **kwargs)
+    elif op == "call":
+        target = getattr(kernels.load_module(str(header["file"])), str(header["name"]))
+        fn = lambda: target(*args, **kwargs)  # noqa: E731
+    else:
+        raise LearnerProcessError(f"unknown request {op!r}")
+    if header.get("capture"):
+        with kernels.unrecorded():
+            return graph.capture(fn) and None
+    result = fn()
+    backend.synchronize()
+    return result
+
+
+def _emu_context(settings: dict) -> Any:
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    if settings:
+        from minitorch import emu
+        from minitorch.emu import config
+
+        stack.enter_context(emu.check_mode(bool(settings.get("check"))))
+        name, seed = settings.get("schedule") or ("forward", 0)
+        stack.enter_context(config.schedule_order(str(name), int(seed)))
+        stack.enter_context(config.time_limit(float(settings.get("timeout") or 0)))
+    return stack
+
+
+def _reply(header: dict, slots: list, buffers: list[bytes], arrays: list) -> tuple[dict, Encoder]:
+    from minitorch import kernels
+    from minitorch.emu.errors import BarrierWarning
+
+    capture = bool(header.get("capture"))
+    result_value, error = None, None
+    launches: list = []
+    counts_before = kernels.launch_counts()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("error", category=BarrierWarning)  # as grader/pytest-grader.cfg says
+        try:
+            decoder = Decoder(buffers, arrays)
+            args, kwargs = decoder.decode(header.get("args")), decoder.decode(header.get("kwargs"))
+            with kernels.recording() as launches, _emu_context(header.get("emu") or {}):
+                result_value = _run(header, tuple(args or ()), dict(kwargs or {}))
+        except Exception as exc:  # noqa: BLE001 - every error goes back to the judge
+            error = exc
+        except BaseException as exc:  # SystemExit, a learner's KeyboardInterrupt: an error like any other
+            error = exc
+    counts_after = kernels.launch_counts()
+    encoder = Encoder()
+    for i, a in enumerate(arrays):  # the call's own arrays keep their slots; only those it changed go back
+        changed = None
+        if not capture:
+            now = np.ascontiguousarray(a.get()).tobytes()
+            before = slots[i].get("b")
+            if before is None or now != buffers[before]:
+                changed = encoder.buffer(now)
+        encoder.register(a, changed)
+    reply: dict[str, Any] = {}
+    try:
+        reply["result"] = encoder.encode(result_value)
+    except TransportError as err:
+        reply["result"] = None
+        if error is None:
+            error = TypeError(f"{header.get('what')} returned {err}")
+    if not capture:
+        reply["counts"] = [[f, fn, n - counts_before.get((f, fn), 0)] for (f, fn), n in counts_after.items()
+                           if n != counts_before.get((f, fn), 0)]
+        records = []
+        for launch in list(launches)[-MAX_LAUNCH_RECORDS:]:
+            try:
+                records.append({"file": launch.kernel.filename, "function": launch.kernel.function,
+                                "grid": list(launch.grid), "block": list(launch.block),
+                                "shared_mem": int(launch.shared_mem), "args": encoder.encode(tuple(launch.args))})
+            except (TransportError, AttributeError, TypeError, ValueError):
+                continue
+        reply["launches"] = records
+    if error is not None:
+        reply["error"] = encode_exception(error)
+    reply["warnings"] = [{"category": w.category.__name__, "message": str(w.message)} for w in caught]
+    reply["slots"] = encoder.slots
+    return reply, encoder
+
+
+def serve(request_fd: int, reply_fd: int, judge: int) -> None:
+    """The learner process: answer the judge's requests until it closes the pipe."""
+    _die_with(judge)
+    from minitorch import backend
+
+    while True:
+        try:
+            header, buffers = recv_frame(request_fd)
+        except EOFError:
+            return
+        slots = header.get("slots") or []
+        arrays = []
+        for slot in slots:
+            dt, shape = _dtype(slot["dtype"]), _shape(slot["shape"])
+            b = slot.get("b")
+            arrays.append(backend.zeros(shape, dt) if b is None else
+                          backend.asarray(np.frombuffer(buffers[b], dtype=dt).reshape(shape)))
+        reply, encoder = _reply(header, slots, buffers, arrays)
+        send_frame(reply_fd, reply, encoder.buffers)

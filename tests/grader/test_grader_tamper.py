@@ -1,0 +1,392 @@
+"""Submissions that lie to the grader from inside: each must fail for the right reason (`grader check`).
+
+The graded tests (the judge) run the learner's Python in a process of its own (grader/learner_process.py):
+whatever a launcher module patches, it patches there. Each fixture is the Phase 1 reference solution whose
+`memory.py` tries one trick that public kernel leaderboards have seen, on top of a `fill` that is wrong (it
+launches the kernel with the wrong value, so a launch is recorded and only the values can tell): patch
+`grader.checks`, replace `pytest`, forge the results file (and kill the judge), find the checker's expected
+arrays through `gc.get_objects()`, cache a first result, sleep past the timeout. Where the trick works when
+the learner's code shares the tests' process (``GRADER_ISOLATION=0``), a control run shows that it does: the
+isolation, not luck, is what stops it. Timing tricks are tested on the learner process directly (no
+performance check runs without a GPU).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.grader.test_grader_fixtures import _emu_available, grade_workspace, results
+
+REPO = Path(__file__).resolve().parents[2]
+SOLUTION = REPO / "solutions" / "phase1_memory.ipynb"
+
+pytestmark = [
+    pytest.mark.skipif(not SOLUTION.exists(), reason="solutions/phase1_memory.ipynb not written yet"),
+    pytest.mark.skipif(not _emu_available(), reason="minitorch.emu (the CUDA C emulator) is not available"),
+    pytest.mark.timeout(300),
+]
+
+HONEST_FILL = '    kernel((blocks_for(n),), (THREADS,), (out, np.float32(value), np.int64(n)))\n'
+# A wrong fill that still launches the kernel: launch records cannot tell it; only the values can.
+WRONG_FILL = '    kernel((blocks_for(n),), (THREADS,), (out, np.float32(value + 1.0), np.int64(n)))\n'
+FILL_TESTS = "test_fill_odd_sizes"
+
+
+def solution_sources() -> dict[str, str]:
+    from grader.labs import learner_files
+
+    return learner_files(SOLUTION)
+
+
+def tampered(extra: str, fill_line: str = WRONG_FILL) -> dict[str, str]:
+    files = solution_sources()
+    text = files["memory.py"]
+    assert text.count(HONEST_FILL) == 1, "fixture out of date with the Phase 1 solution's fill launcher"
+    files["memory.py"] = text.replace(HONEST_FILL, fill_line) + "\n" + extra
+    return files
+
+
+def grade(tmp_path: Path, files: dict[str, str], *, isolation: bool = True, select: str = FILL_TESTS,
+          timeout: float = 60) -> dict:
+    """`grader check phase1` of the tests `select` picks (never a pass of the phase: only some tests ran)."""
+    env = {} if isolation else {"GRADER_ISOLATION": "0"}
+    return grade_workspace(tmp_path, "phase1", files, "--no-notebook", "-k", select, timeout=timeout, env_extra=env)
+
+
+def assert_all_fail_on_values(report: dict, prefix: str = FILL_TESTS) -> None:
+    found = results(report, prefix)
+    for check in found:
+        assert check["result"] == "FAIL", check
+        assert "values differ" in check["reason"], check
+
+
+# (1) a launcher module that makes the checks it expects to face pass
+PATCH_CHECKS = """
+import grader.checks as _checks
+_checks.assert_close = lambda *a, **k: None
+_checks.assert_bitwise_equal = lambda *a, **k: None
+_checks.require_launch = lambda *a, **k: None
+_checks.run_without_host_transfers = lambda what, call: call()
+"""
+
+# (2) pytest replaced: every report says passed, pytest.fail does nothing
+REWRITE_PYTEST = """
+import sys, types
+import pytest
+import _pytest.reports
+_init = _pytest.reports.TestReport.__init__
+def _passed(self, *args, **kwargs):
+    _init(self, *args, **kwargs)
+    self.outcome, self.longrepr = "passed", None
+_pytest.reports.TestReport.__init__ = _passed
+_fake = types.ModuleType("pytest")
+_fake.__dict__.update(sys.modules["pytest"].__dict__)
+_fake.fail = _fake.skip = lambda *a, **k: None
+sys.modules["pytest"] = _fake
+"""
+
+# (3) forged results: a passing result for every collected test in every results file it can find, a passing
+# progress file, then the judge killed, so that the forgery would be its last word
+FORGE_RESULTS = """
+import glob, json, os, signal
+def _forge():
+    for path in glob.glob(os.path.join(os.getcwd(), "tests-results-*.jsonl")):
+        nodeids = []
+        for line in open(path):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "collected":
+                nodeids = event["nodeids"]
+        with open(path, "a") as fh:
+            for nodeid in nodeids:
+                fh.write(json.dumps({"event": "start", "nodeid": nodeid, "kernel": None}) + "\\n")
+                fh.write(json.dumps({"event": "result", "nodeid": nodeid, "outcome": "passed", "when": "call",
+                                     "reason": "", "perf": [], "notes": [], "mac": "0" * 64}) + "\\n")
+    if os.environ.get("GRADER_PROGRESS"):
+        with open(os.environ["GRADER_PROGRESS"], "w") as fh:
+            json.dump({"phase1": {"passed": True}}, fh)
+    judge = os.getppid() if os.environ.get("GRADER_LEARNER_PROCESS") else os.getpid()
+    os.kill(judge, signal.SIGKILL)
+_forge()
+"""
+
+# (5) the checker's expected arrays, found through the garbage collector and copied into the output where the
+# kernel wrote it (emu device memory is host memory): a float64 array of the output's shape holding one value
+FIND_EXPECTED = """
+import ctypes, gc
+_wrong_fill = fill
+def fill(out, value):
+    _wrong_fill(out, value)
+    for obj in gc.get_objects():
+        if (isinstance(obj, np.ndarray) and obj.dtype == np.float64 and obj.shape == tuple(out.shape)
+                and obj.size and np.all(obj == obj.flat[0])):
+            found = np.ascontiguousarray(obj, dtype=np.float32)
+            ctypes.memmove(out.ptr, found.ctypes.data, found.nbytes)
+"""
+
+# (6) the first result kept and given back for every later call
+CACHE_FIRST = """
+import ctypes
+_cache = {}
+_honest_fill = fill
+def fill(out, value):
+    if "first" not in _cache:
+        _honest_fill(out, value)
+        _cache["first"] = out  # kept on the device: no copy to the host to be caught
+        return
+    kernel = load_kernel("memory.cu", "fill")
+    kernel((1,), (1,), (out, np.float32(value), np.int64(0)))  # a launch on record, nothing written
+    first = _cache["first"]
+    ctypes.memmove(out.ptr, first.ptr, 4 * min(first.size, out.size))
+"""
+
+# (7) a launcher that never returns
+SLEEP = """
+import time as _time
+def fill(out, value):
+    _time.sleep(3600)
+"""
+
+
+# Where the learner's module runs: one line a process that imports it
+WHERE_AM_I = """
+import os as _os
+with open({path!r}, "a") as _fh:
+    _fh.write(f"{{_os.getpid()}} {{_os.environ.get('GRADER_LEARNER_PROCESS', 'judge')}}\\n")
+"""
+
+
+@pytest.mark.slow
+def test_honest_reference_passes_isolated(tmp_path):
+    files = solution_sources()
+    marker = tmp_path / "imported-by.txt"
+    files["memory.py"] += WHERE_AM_I.format(path=str(marker))
+    report = grade(tmp_path, files, select="test_fill or test_copy_values or test_tensor_fill or test_results_come_from")
+    assert all(c["result"] in ("PASS", "SKIP", "NOT MEASURED") for c in report["checks"]), report["checks"]
+    imports = marker.read_text().splitlines()
+    assert imports and all(line.endswith(" 1") for line in imports), imports  # never in the judge
+
+
+@pytest.mark.slow
+def test_patching_grader_checks_changes_nothing_the_judge_runs(tmp_path):
+    assert_all_fail_on_values(grade(tmp_path, tampered(PATCH_CHECKS)))
+
+
+@pytest.mark.slow
+def test_patching_grader_checks_forges_a_pass_without_isolation(tmp_path):
+    """The control: the same submission in the tests' own process passes, which is what isolation stops."""
+    report = grade(tmp_path, tampered(PATCH_CHECKS), isolation=False)
+    assert all(c["result"] == "PASS" for c in results(report, FILL_TESTS))
+
+
+@pytest.mark.slow
+def test_rewriting_pytest_changes_nothing_the_judge_runs(tmp_path):
+    assert_all_fail_on_values(grade(tmp_path, tampered(REWRITE_PYTEST)))
+
+
+@pytest.mark.slow
+def test_forged_results_file_is_not_believed(tmp_path):
+    report = grade(tmp_path, tampered(FORGE_RESULTS, HONEST_FILL), select=f"{FILL_TESTS} and 31")
+    found = results(report, FILL_TESTS)
+    assert found and not any(c["result"] == "PASS" for c in found), found
+    for check in found:  # the judge was killed: the learner's process cannot speak for it
+        assert check["result"] == "CRASH" and "died" in check["reason"], check
+
+
+@pytest.mark.slow
+def test_expected_arrays_are_not_in_the_learners_process(tmp_path):
+    assert_all_fail_on_values(grade(tmp_path, tampered(FIND_EXPECTED)))
+
+
+@pytest.mark.slow
+def test_cached_first_result_fails_the_later_calls(tmp_path):
+    report = grade(tmp_path, tampered(CACHE_FIRST, HONEST_FILL))
+    found = results(report, FILL_TESTS)
+    failed = [c for c in found if c["result"] == "FAIL"]
+    assert len(failed) >= len(found) - 1, found
+    for check in failed:
+        assert "values differ" in check["reason"] or "shape" in check["reason"], check
+
+
+@pytest.mark.slow
+def test_a_launcher_that_sleeps_is_stopped_and_named(tmp_path):
+    t0 = time.monotonic()
+    report = grade(tmp_path, tampered(SLEEP, HONEST_FILL), timeout=4)
+    assert time.monotonic() - t0 < 120
+    found = results(report, FILL_TESTS)
+    timed_out = [c for c in found if c["result"] == "TIMEOUT"]
+    assert len(timed_out) == 1 and "did not finish within 4 s" in timed_out[0]["reason"], found
+    assert all(c["result"] in ("TIMEOUT", "SKIP") for c in found), found
+
+
+# ---------------------------------------------------------------- the learner process itself (no grader check)
+
+
+@pytest.fixture
+def learner(tmp_path, monkeypatch):
+    """The judge's side of a learner process over a workspace of tmp_path, on the emulator."""
+    from grader import learner_process
+    from minitorch import backend
+
+    monkeypatch.setenv("MINITORCH_WORKSPACE", str(tmp_path))
+    monkeypatch.setenv("MINITORCH_DEVICE", "emu")
+    previous = backend.get_device()
+    backend.set_device("emu")
+    files = solution_sources()
+    for name in ("memory.cu",):
+        (tmp_path / name).write_text(files[name])
+    yield learner_process, tmp_path
+    learner_process.uninstall()
+    backend.set_device(previous)
+
+
+PATCH_TIMER = """
+import time, numpy as np
+import grader.checks as _checks
+time.perf_counter = lambda: 0.0
+time.monotonic = lambda: 0.0
+_checks.time_cuda = lambda *a, **k: 1e-9
+_checks.perf_ratio = lambda *a, **k: {"ratio": 1e9}
+def slow(seconds):
+    start = time.time()
+    while time.time() - start < seconds:
+        pass
+"""
+
+
+def test_a_patched_timer_is_not_the_judges(learner):
+    """(4) A launcher module that patches the timers: the judge's clock and timing helpers are its own, and it
+    measures the time the learner's call really took."""
+    from grader import checks
+
+    learner_process, workspace = learner
+    (workspace / "timer.py").write_text(PATCH_TIMER)
+    originals = (time.perf_counter, time.monotonic, checks.time_cuda, checks.perf_ratio)
+    module = learner_process.load_module("timer.py")
+    t0 = time.perf_counter()
+    module.slow(0.3)
+    elapsed = time.perf_counter() - t0
+    assert (time.perf_counter, time.monotonic, checks.time_cuda, checks.perf_ratio) == originals
+    assert elapsed >= 0.3
+
+
+def test_arrays_travel_by_value_and_come_back_in_place(learner):
+    from minitorch import backend, kernels
+
+    learner_process, workspace = learner
+    (workspace / "memory.py").write_text(solution_sources()["memory.py"])
+    module = learner_process.load_module("memory.py")
+    assert module.THREADS == 256 and module.__name__ == "minitorch.workspace.memory"
+    src = backend.asarray(np.arange(1000, dtype=np.float32))
+    dst = backend.zeros(1000)
+    kernels.reset_launch_counts()
+    with kernels.recording() as launches:
+        assert module.copy(src, dst) is None
+    np.testing.assert_array_equal(dst.get(), np.arange(1000, dtype=np.float32))
+    assert kernels.launch_count("memory.cu", "copy") == 1
+    (launch,) = launches
+    assert launch.args[0] is src and launch.args[1] is dst and launch.args[2] == np.int64(1000)
+    fresh = backend.zeros(1000)
+    launch.replay({id(dst): fresh})  # a replay launches in the learner process, into the judge's array
+    np.testing.assert_array_equal(fresh.get(), np.arange(1000, dtype=np.float32))
+    with pytest.raises(ValueError, match="two float32 arrays"):
+        module.copy(src, backend.zeros(3))
+    with pytest.raises(TypeError, match="float32"):
+        module.fill(backend.zeros(3, np.float64), 1.0)
+
+
+def test_errors_and_faults_come_back_as_the_course_types(learner):
+    from minitorch import backend, kernels
+    from minitorch.emu import KernelFault
+
+    learner_process, workspace = learner
+    (workspace / "bad.py").write_text(
+        "import pytest\n"
+        "from minitorch.kernels import load_kernel\n"
+        "import numpy as np\n"
+        "def skip():\n    pytest.skip('nothing to see')\n"
+        "def overrun(out):\n"
+        "    load_kernel('memory.cu', 'fill')((4,), (256,), (out, np.float32(1), np.int64(1024)))\n"
+        "def leave():\n    raise SystemExit(0)\n")
+    module = learner_process.load_module("bad.py")
+    with pytest.raises(RuntimeError, match="Skipped: nothing to see"):  # a skip is not passed on as one
+        module.skip()
+    with pytest.raises(RuntimeError, match="SystemExit"):
+        module.leave()
+    with pytest.raises(kernels.KernelLaunchError, match="fill") as err:
+        module.overrun(backend.zeros(8))
+    assert isinstance(err.value.__cause__, KernelFault) and err.value.__cause__.kind == "out-of-bounds"
+    with pytest.raises(kernels.KernelNotWrittenError):
+        learner_process.load_module("missing.py")
+    (workspace / "broken.py").write_text("def f(:\n")
+    with pytest.raises(SyntaxError):
+        learner_process.load_module("broken.py")
+
+
+def test_a_dead_learner_process_is_reported_and_restarted(learner):
+    learner_process, workspace = learner
+    (workspace / "die.py").write_text("import os, signal\ndef die():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+                                      "def ok():\n    return 41 + 1\n")
+    module = learner_process.load_module("die.py")
+    with pytest.raises(learner_process.LearnerProcessError, match=r"died \(killed by SIGKILL\) while running die.die"):
+        module.die()
+    assert module.ok() == 42
+
+
+def test_results_lines_count_only_with_the_judges_mac(tmp_path):
+    """(3) A line written into the results file by anyone without the key is dropped, a forged MAC included."""
+    import json
+
+    from grader.subprocesses import event_mac, read_events
+
+    key = bytes(range(32))
+    real = {"event": "result", "nodeid": "t::a", "outcome": "failed", "reason": "values differ"}
+    forged = {"event": "result", "nodeid": "t::b", "outcome": "passed", "reason": ""}
+    path = tmp_path / "results.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in (
+        {**real, "mac": event_mac(key, real)}, forged, {**forged, "mac": "0" * 64},
+        {**forged, "mac": event_mac(b"another key" * 3, forged)}, {**real, "outcome": "passed", "mac": event_mac(key, real)},
+    )) + "\n")
+    assert read_events(path, key) == [real]
+    assert len(read_events(path)) == 5  # without a key (a phase not isolated) every line counts, as before
+
+
+def test_isolated_phases_are_the_launcher_level_ones():
+    from grader.phases import PHASES
+    from grader.tests_step import ISOLATED_PHASES, isolated
+
+    by_name = PHASES
+    for name in ISOLATED_PHASES:
+        assert isolated(by_name[name], {"MINITORCH_DEVICE": "emu"})
+        assert isolated(by_name[name], {})  # the device left to the tests' process: it isolates on the emulator
+        assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cuda"})
+        assert not isolated(by_name[name], {"MINITORCH_DEVICE": "emu", "GRADER_ISOLATION": "0"})
+    assert not isolated(by_name["phase3b"], {"MINITORCH_DEVICE": "emu"})
+
+
+def test_the_judge_maps_the_emulator_runtime_from_a_sealed_copy_of_the_pinned_library():
+    """The judge runs no library file the learner's code can rewrite: the emulator's runtime is loaded from a
+    sealed in-memory copy, and only when it matches the digest `grader check` took before the notebook ran."""
+    import subprocess
+    import sys
+
+    from grader import learner_process
+
+    digest, _, path = learner_process.runtime_pin()[learner_process.RUNTIME_SHA256_ENV].partition(":")
+    assert Path(path).is_file()
+    probe = ("import sys\nfrom minitorch.emu import rt\n"
+             "try:\n    print(rt.load_sealed(sys.argv[1], sys.argv[2]))\nexcept RuntimeError as err:\n"
+             "    print('refused:', err)\n"
+             "print(any('memfd:minitorch_emu_rt' in line for line in open('/proc/self/maps')))\n")
+    env = {**__import__("os").environ, "PYTHONPATH": str(REPO)}
+    good = subprocess.run([sys.executable, "-c", probe, digest, path], capture_output=True, text=True, env=env, timeout=120)
+    assert good.stdout.split() == ["True", "True"], good.stdout + good.stderr
+    bad = subprocess.run([sys.executable, "-c", probe, "0" * 64, path], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.stdout.startswith("refused:") and "changed since it was built" in bad.stdout, bad.stdout + bad.stderr
+    assert bad.stdout.rstrip().endswith("False")
