@@ -570,16 +570,6 @@ def test_perf_rung_against_cublas(variant, dtype, record_property):
                       2 * size ** 3, key, record_property, unit="GFLOP/s", reference_name=name)
 
 
-@pytest.mark.perf
-@pytest.mark.parametrize("dtype", FORMATS)
-def test_perf_wgmma_reported(dtype, record_property):
-    """Rung 6 is reported, never required; without an sm_90 GPU it is not measured."""
-    _gpu()
-    if not _has_sm90():
-        pytest.skip("not measured: rung 6 (wgmma) needs an sm_90 GPU (H100/H200)")
-    pytest.skip("not measured: rung 6 (wgmma + TMA) is not among the graded files (see the chapter's benchmark)")
-
-
 # The GPT's training products at B·T = 4096 rows and d_model 768 (benchmarks/phase8a_hgemm.py's gpt_d768 shapes):
 # (name, M, K, N, transpose_a, transpose_b). The weight gradient reads X stored (rows, d) as Xᵀ; dX reads W as Wᵀ.
 GPT_SHAPES = [("fc_fwd", 4096, 768, 3072, False, False), ("fc_dx", 4096, 3072, 768, False, True),
