@@ -9,6 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+import minitorch
 
 # ---------------------------------------------------------------- reference (float64, a table of values)
 
@@ -187,3 +190,18 @@ def write_stand_ins(workspace: Path) -> Path:
                        ("hgemm.py", HGEMM_PY)):
         (workspace / name).write_text(text)
     return workspace
+
+
+@pytest.fixture(name="device", params=["cpu", "emu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def half_device(request, workspace, monkeypatch):
+    """The device of a 16-bit or mixed-precision test (imported by test_half and test_amp): a workspace with
+    the solutions of phases 1-4 and the Phase 8a stand-ins, the device made active for the test."""
+    from tests.phase3_support import PHASE3_NOTEBOOKS, write_solutions
+
+    write_solutions(workspace, PHASE3_NOTEBOOKS + ("phase4_reductions.ipynb",))
+    write_stand_ins(workspace)
+    monkeypatch.delenv("MINITORCH_PHASE", raising=False)
+    previous = minitorch.get_device()
+    minitorch.set_device(request.param)
+    yield request.param
+    minitorch.set_device(previous)

@@ -9,23 +9,14 @@ import pytest
 
 import minitorch
 from minitorch import amp, kernels, ops
-from tests.half_support import reference_bits, write_stand_ins
-from tests.phase3_support import PHASE3_NOTEBOOKS, write_solutions
+from tests.half_support import half_device, reference_bits  # noqa: F401 (half_device is the device fixture)
+from tests.phase3_support import write_solutions
 
 # the forced overflows make NumPy warn on the cpu device
 pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")]
 
 
-@pytest.fixture(params=["cpu", "emu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def device(request, workspace, monkeypatch):
-    write_solutions(workspace, PHASE3_NOTEBOOKS + ("phase4_reductions.ipynb",))
-    write_stand_ins(workspace)
-    monkeypatch.delenv("MINITORCH_PHASE", raising=False)
-    previous = minitorch.get_device()
-    minitorch.set_device(request.param)
-    yield request.param
-    minitorch.set_device(previous)
 
 
 def _rounded(x: np.ndarray, fmt: str) -> np.ndarray:

@@ -9,8 +9,12 @@ import pytest
 
 import minitorch
 from minitorch import kernels, ops
-from tests.half_support import assert_same_bits, float32_patterns, reference_bits, write_stand_ins
-from tests.phase3_support import PHASE3_NOTEBOOKS, write_solutions
+from tests.half_support import (  # noqa: F401 (half_device is the device fixture)
+    assert_same_bits,
+    float32_patterns,
+    half_device,
+    reference_bits,
+)
 
 FORMATS = ("float16", "bfloat16")
 # NumPy warns when the tests themselves turn NaN patterns or values past float16's range into floats
@@ -18,16 +22,6 @@ pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered in ca
               pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")]
 
 
-@pytest.fixture(params=["cpu", "emu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def device(request, workspace, monkeypatch):
-    """A workspace with the solutions of phases 1-4 and the Phase 8a stand-ins, on cpu and on emu."""
-    write_solutions(workspace, PHASE3_NOTEBOOKS + ("phase4_reductions.ipynb",))
-    write_stand_ins(workspace)
-    monkeypatch.delenv("MINITORCH_PHASE", raising=False)
-    previous = minitorch.get_device()
-    minitorch.set_device(request.param)
-    yield request.param
-    minitorch.set_device(previous)
 
 
 def _value(bits: np.ndarray, fmt: str) -> np.ndarray:
