@@ -86,3 +86,20 @@ def solution_sources(notebook: str) -> dict[str, str]:
     from grader.labs import learner_files
 
     return learner_files(ROOT / "solutions" / notebook)
+
+
+def kernel_resources(driver: Any, pointers: dict[str, int]) -> dict[str, dict[str, int]]:
+    """Registers, local (spill) bytes and static shared memory of each kernel (name -> its CUfunction), read from
+    the driver (``driver.lib.cuFuncGetAttribute``, errors through ``driver.check``): the benchmarks' register reports."""
+    import ctypes
+
+    out = {}
+    for name, ptr in pointers.items():
+        values = {}
+        for key, attr in (("registers", 4), ("local_bytes", 3), ("static_smem_bytes", 1)):  # CU_FUNC_ATTRIBUTE_*
+            value = ctypes.c_int()
+            driver.check(driver.lib.cuFuncGetAttribute(ctypes.byref(value), attr, ctypes.c_void_p(ptr)),
+                         "cuFuncGetAttribute")
+            values[key] = value.value
+        out[name] = values
+    return out

@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
-from common import ROOT, gpu_name, time_gpu, write_results
+from common import ROOT, gpu_name, kernel_resources, time_gpu, write_results
 
 from minitorch.backend import toolkit_include_options  # noqa: E402 (common puts the repository on sys.path)
 
@@ -221,17 +221,7 @@ class Ladder:
 
     def resources(self) -> dict:
         """Registers, local (spill) bytes and static shared memory of every kernel, read from the driver."""
-        out = {}
-        for name in self.funcs:
-            values = {}
-            for key, attr in (("registers", 4), ("local_bytes", 3), ("static_smem_bytes", 1)):
-                v = ctypes.c_int()
-                self.driver.check(self.driver.lib.cuFuncGetAttribute(ctypes.byref(v), attr,
-                                                                     ctypes.c_void_p(self.ptr(name))),
-                                  "cuFuncGetAttribute")
-                values[key] = v.value
-            out[name] = values
-        return out
+        return kernel_resources(self.driver, {name: self.ptr(name) for name in self.funcs})
 
     def make(self, rung: int, a, b, out, ta: bool = False, tb: bool = False):
         """A zero-argument launch computing out = op(a) @ op(b) with `rung` (torch tensors, row-major)."""

@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from common import ROOT, gpu_name, time_gpu, write_results
+from common import ROOT, gpu_name, kernel_resources, time_gpu, write_results
 
 KERNELS = ROOT / "benchmarks" / "kernels"
 SOURCE = KERNELS / "flash.cu"
@@ -228,19 +228,7 @@ class Flash:
 
     def resources(self) -> dict:
         """Registers, local (spill) bytes and static shared memory of every kernel, read from the driver."""
-        import ctypes
-
-        out = {}
-        for name in self.funcs:
-            values = {}
-            for key, attr in (("registers", 4), ("local_bytes", 3), ("static_smem_bytes", 1)):
-                val = ctypes.c_int()
-                self.driver.check(self.driver.lib.cuFuncGetAttribute(ctypes.byref(val), attr,
-                                                                     ctypes.c_void_p(self.ptr(name))),
-                                  "cuFuncGetAttribute")
-                values[key] = val.value
-            out[name] = values
-        return out
+        return kernel_resources(self.driver, {name: self.ptr(name) for name in self.funcs})
 
     def has(self, name: str) -> bool:
         return name in self.funcs
