@@ -34,6 +34,8 @@ POOL_FILE = "pool.py"
 
 def uses_pool() -> bool:
     """Whether the graded phase (``MINITORCH_PHASE``, when set) allows the Phase 5 pool."""
+    if kernels.learner_code_elsewhere():  # the grader's judge: pool.py runs in the learner's process, never here
+        return False
     graded = kernels._getenv("MINITORCH_PHASE")
     allowed = _allowed.get(graded)
     if allowed is None:

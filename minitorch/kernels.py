@@ -702,6 +702,8 @@ def load_kernel(filename: str, function: str, options: Sequence[str] = (),
             raise _compile_error(filename, backend.get_device(), exc) from None
         raise
     kernel = Kernel(filename, function, raw, signatures.get(function))
+    # How it was loaded, to load it again elsewhere (the grader replays a record of it in its learner process).
+    kernel.options, kernel.name_expressions = tuple(options), tuple(name_expressions or ())
     _kernels[key] = (stamp, kernel)
     return kernel
 
@@ -767,6 +769,12 @@ def set_learner_loaders(load_module_: Any, load_kernel_: Any) -> None:
     compiling here)."""
     global _learner_loaders
     _learner_loaders = None if load_module_ is None else (load_module_, load_kernel_)
+
+
+def learner_code_elsewhere() -> bool:
+    """True while the learner's modules and kernels run in another process (the grader's learner process): this
+    process then holds none of the learner's objects (the device allocator stays the default one)."""
+    return _learner_loaders is not None
 
 
 def load_module(filename: str) -> types.ModuleType:

@@ -43,9 +43,27 @@ XOR_Y = np.array([[0], [1], [1], [0]], np.float32)
 XOR_EPOCHS, XOR_LR, XOR_MOMENTUM = 5000, 0.01, 0.9
 
 
-def train_xor(seed: int, epochs: int = XOR_EPOCHS) -> tuple[list[float], np.ndarray]:
+def train_xor_parameters(seed: int, epochs: int = XOR_EPOCHS) -> tuple[list[float], list[np.ndarray]]:
+    """``train_xor``, returning (its losses, the trained weights and biases: hidden (2, 4), (4,), out (4, 1), (1,)).
+    Run in the learner's process when its code is isolated (grader.learner_process.run_in_learner_process): the
+    judge scores the weights with its own forward pass (:func:`xor_forward`)."""
+    losses, _, model = train_xor(seed, epochs, keep_model=True)
+    return losses, [p.numpy() for p in (model.hidden.weight, model.hidden.bias, model.out.weight, model.out.bias)]
+
+
+def xor_forward(params: list[np.ndarray]) -> tuple[np.ndarray, float]:
+    """The XOR network's predictions on the four inputs and their mean squared error, in float64 NumPy."""
+    w1, b1, w2, b2 = (np.asarray(p, np.float64) for p in params)
+    if [p.shape for p in (w1, b1, w2, b2)] != [(2, 4), (4,), (4, 1), (1,)]:
+        raise ValueError(f"XOR parameters of shapes {[np.shape(p) for p in params]}, not (2, 4), (4,), (4, 1), (1,)")
+    hidden = 1.0 / (1.0 + np.exp(-(XOR_X.astype(np.float64) @ w1 + b1)))
+    pred = (hidden @ w2 + b2).ravel()
+    return pred, float(np.mean((pred - XOR_Y.ravel()) ** 2))
+
+
+def train_xor(seed: int, epochs: int = XOR_EPOCHS, keep_model: bool = False) -> tuple:
     """Train Linear(2, 4) -> Sigmoid -> Linear(4, 1) as the lab does; returns (losses at the first, the middle
-    and the last epoch, predictions).
+    and the last epoch, predictions), and the model if `keep_model`.
 
     The step (forward, your backprop, your SGD) is captured once into a graph and replayed: every epoch runs
     the same launches of your kernels, without re-running the Python around them (5 times faster on the
@@ -88,4 +106,4 @@ def train_xor(seed: int, epochs: int = XOR_EPOCHS) -> tuple[list[float], np.ndar
             losses.append(loss.item())
     with minitorch.no_grad():
         pred = model(x).numpy().ravel()
-    return losses, pred
+    return (losses, pred, model) if keep_model else (losses, pred)

@@ -14,6 +14,7 @@ performance check runs without a GPU).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,41 +37,93 @@ WRONG_FILL = '    kernel((blocks_for(n),), (THREADS,), (out, np.float32(value + 
 FILL_TESTS = "test_fill_odd_sizes"
 
 
-def solution_sources() -> dict[str, str]:
+@dataclass(frozen=True)
+class Case:
+    """One phase's tampered submission: the reference solutions up to `phase`, with `module` (where the tricks go)
+    made wrong by replacing `honest` with `wrong`; `tests` select the graded tests that catch it by their values
+    (`values_words` in their reason), `one` a single one of them."""
+
+    phase: str
+    notebooks: tuple[str, ...]
+    module: str
+    honest: str
+    wrong: str
+    tests: str
+    one: str
+    values_words: str
+
+    @property
+    def prefix(self) -> str:
+        """The name the selected checks start with."""
+        return self.tests.split(" ", 1)[0]
+
+
+CASES = {
+    "phase1": Case("phase1", ("phase1_memory",), "memory.py", HONEST_FILL, WRONG_FILL, FILL_TESTS,
+                   f"{FILL_TESTS} and 31", "values differ"),
+    # the tape-level module: it takes and returns Tensors (their graph travels to the learner's process); a
+    # gradient doubled at the root still launches every kernel of the backward pass
+    "phase3b": Case("phase3b", ("phase1_memory", "phase2_kernels", "phase3a_forward", "phase3b_backward"),
+                    "backprop.py", "    grads = {id(root): grad}\n", "    grads = {id(root): grad * 2.0}\n",
+                    "test_gradients_on_the_device and not empty", "test_gradients_on_the_device and transpose",
+                    "relative error"),
+}
+PHASES = list(CASES)
+
+
+def solution_sources(case: Case = CASES["phase1"]) -> dict[str, str]:
     from grader.labs import learner_files
 
-    return learner_files(SOLUTION)
+    files: dict[str, str] = {}
+    for notebook in case.notebooks:
+        files.update(learner_files(REPO / "solutions" / f"{notebook}.ipynb"))
+    return files
 
 
-def tampered(extra: str, fill_line: str = WRONG_FILL) -> dict[str, str]:
-    files = solution_sources()
-    text = files["memory.py"]
-    assert text.count(HONEST_FILL) == 1, "fixture out of date with the Phase 1 solution's fill launcher"
-    files["memory.py"] = text.replace(HONEST_FILL, fill_line) + "\n" + extra
+def tampered(extra: str, fill_line: str | None = WRONG_FILL, case: Case = CASES["phase1"]) -> dict[str, str]:
+    """The case's module made wrong (`fill_line`: the phase-1 line, None: the case's own wrong line), `extra`
+    appended."""
+    files = solution_sources(case)
+    text = files[case.module]
+    assert text.count(case.honest) == 1, f"fixture out of date with the {case.phase} solution's {case.module}"
+    line = case.wrong if fill_line is None else fill_line
+    files[case.module] = text.replace(case.honest, line) + "\n" + extra
     return files
 
 
 def grade(tmp_path: Path, files: dict[str, str], *, isolation: bool = True, select: str = FILL_TESTS,
-          timeout: float = 60) -> dict:
-    """`grader check phase1` of the tests `select` picks (never a pass of the phase: only some tests ran)."""
+          timeout: float = 60, phase: str = "phase1") -> dict:
+    """`grader check <phase>` of the tests `select` picks (never a pass of the phase: only some tests ran)."""
     env = {} if isolation else {"GRADER_ISOLATION": "0"}
-    return grade_workspace(tmp_path, "phase1", files, "--no-notebook", "-k", select, timeout=timeout, env_extra=env)
+    return grade_workspace(tmp_path, phase, files, "--no-notebook", "-k", select, timeout=timeout, env_extra=env)
 
 
-def assert_all_fail_on_values(report: dict, prefix: str = FILL_TESTS) -> None:
+def assert_all_fail_on_values(report: dict, prefix: str = FILL_TESTS, words: str = "values differ") -> None:
     found = results(report, prefix)
     for check in found:
         assert check["result"] == "FAIL", check
-        assert "values differ" in check["reason"], check
+        assert words in check["reason"], check
+
+
+def grade_case(tmp_path: Path, phase: str, extra: str, *, honest: bool = False, isolation: bool = True,
+               one: bool = False, timeout: float = 60) -> tuple[Case, dict]:
+    case = CASES[phase]
+    files = tampered(extra, case.honest if honest else None, case)
+    return case, grade(tmp_path, files, isolation=isolation, select=case.one if one else case.tests, timeout=timeout,
+                       phase=phase)
 
 
 # (1) a launcher module that makes the checks it expects to face pass
 PATCH_CHECKS = """
+import sys
 import grader.checks as _checks
 _checks.assert_close = lambda *a, **k: None
 _checks.assert_bitwise_equal = lambda *a, **k: None
 _checks.require_launch = lambda *a, **k: None
 _checks.run_without_host_transfers = lambda what, call: call()
+for _name, _module in list(sys.modules.items()):  # the graded test modules' own checks (check_gradients, ...)
+    if _name.startswith("test_phase") and hasattr(_module, "check_gradients"):
+        _module.check_gradients = lambda *a, **k: None
 """
 
 # (2) pytest replaced: every report says passed, pytest.fail does nothing
@@ -151,6 +204,8 @@ SLEEP = """
 import time as _time
 def fill(out, value):
     _time.sleep(3600)
+def backpropagate(root, grad):
+    _time.sleep(3600)
 """
 
 
@@ -162,38 +217,52 @@ with open({path!r}, "a") as _fh:
 """
 
 
+HONEST_SELECTION = {
+    "phase1": "test_fill or test_copy_values or test_tensor_fill or test_results_come_from",
+    "phase3b": "test_topological_order_of_a_diamond or test_gradients_on_the_device or test_xor_trains",
+}
+
+
 @pytest.mark.slow
-def test_honest_reference_passes_isolated(tmp_path):
-    files = solution_sources()
+@pytest.mark.parametrize("phase", PHASES)
+def test_honest_reference_passes_isolated(tmp_path, phase):
+    case = CASES[phase]
+    files = solution_sources(case)
     marker = tmp_path / "imported-by.txt"
-    files["memory.py"] += WHERE_AM_I.format(path=str(marker))
-    report = grade(tmp_path, files, select="test_fill or test_copy_values or test_tensor_fill or test_results_come_from")
+    files[case.module] += WHERE_AM_I.format(path=str(marker))
+    report = grade(tmp_path, files, select=HONEST_SELECTION[phase], phase=phase)
     assert all(c["result"] in ("PASS", "SKIP", "NOT MEASURED") for c in report["checks"]), report["checks"]
     imports = marker.read_text().splitlines()
     assert imports and all(line.endswith(" 1") for line in imports), imports  # never in the judge
 
 
 @pytest.mark.slow
-def test_patching_grader_checks_changes_nothing_the_judge_runs(tmp_path):
-    assert_all_fail_on_values(grade(tmp_path, tampered(PATCH_CHECKS)))
+@pytest.mark.parametrize("phase", PHASES)
+def test_patching_grader_checks_changes_nothing_the_judge_runs(tmp_path, phase):
+    case, report = grade_case(tmp_path, phase, PATCH_CHECKS)
+    assert_all_fail_on_values(report, case.prefix, case.values_words)
 
 
 @pytest.mark.slow
-def test_patching_grader_checks_forges_a_pass_without_isolation(tmp_path):
+@pytest.mark.parametrize("phase", PHASES)
+def test_patching_grader_checks_forges_a_pass_without_isolation(tmp_path, phase):
     """The control: the same submission in the tests' own process passes, which is what isolation stops."""
-    report = grade(tmp_path, tampered(PATCH_CHECKS), isolation=False)
-    assert all(c["result"] == "PASS" for c in results(report, FILL_TESTS))
+    case, report = grade_case(tmp_path, phase, PATCH_CHECKS, isolation=False)
+    assert all(c["result"] == "PASS" for c in results(report, case.prefix))
 
 
 @pytest.mark.slow
-def test_rewriting_pytest_changes_nothing_the_judge_runs(tmp_path):
-    assert_all_fail_on_values(grade(tmp_path, tampered(REWRITE_PYTEST)))
+@pytest.mark.parametrize("phase", PHASES)
+def test_rewriting_pytest_changes_nothing_the_judge_runs(tmp_path, phase):
+    case, report = grade_case(tmp_path, phase, REWRITE_PYTEST)
+    assert_all_fail_on_values(report, case.prefix, case.values_words)
 
 
 @pytest.mark.slow
-def test_forged_results_file_is_not_believed(tmp_path):
-    report = grade(tmp_path, tampered(FORGE_RESULTS, HONEST_FILL), select=f"{FILL_TESTS} and 31")
-    found = results(report, FILL_TESTS)
+@pytest.mark.parametrize("phase", PHASES)
+def test_forged_results_file_is_not_believed(tmp_path, phase):
+    case, report = grade_case(tmp_path, phase, FORGE_RESULTS, honest=True, one=True)
+    found = results(report, case.prefix)
     assert found and not any(c["result"] == "PASS" for c in found), found
     for check in found:  # the judge was killed: the learner's process cannot speak for it
         assert check["result"] == "CRASH" and "died" in check["reason"], check
@@ -215,11 +284,12 @@ def test_cached_first_result_fails_the_later_calls(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_launcher_that_sleeps_is_stopped_and_named(tmp_path):
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_launcher_that_sleeps_is_stopped_and_named(tmp_path, phase):
     t0 = time.monotonic()
-    report = grade(tmp_path, tampered(SLEEP, HONEST_FILL), timeout=4)
+    case, report = grade_case(tmp_path, phase, SLEEP, honest=True, one=True, timeout=4)
     assert time.monotonic() - t0 < 120
-    found = results(report, FILL_TESTS)
+    found = results(report, case.prefix)
     timed_out = [c for c in found if c["result"] == "TIMEOUT"]
     assert len(timed_out) == 1 and "did not finish within 4 s" in timed_out[0]["reason"], found
     assert all(c["result"] in ("TIMEOUT", "SKIP") for c in found), found
@@ -367,7 +437,7 @@ def test_isolated_phases_are_the_launcher_level_ones():
         assert isolated(by_name[name], {})  # the device left to the tests' process: it isolates on the emulator
         assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cuda"})
         assert not isolated(by_name[name], {"MINITORCH_DEVICE": "emu", "GRADER_ISOLATION": "0"})
-    assert not isolated(by_name["phase3b"], {"MINITORCH_DEVICE": "emu"})
+    assert not isolated(by_name["phase6"], {"MINITORCH_DEVICE": "emu"})
 
 
 def test_the_judge_maps_the_emulator_runtime_from_a_sealed_copy_of_the_pinned_library():
@@ -390,3 +460,81 @@ def test_the_judge_maps_the_emulator_runtime_from_a_sealed_copy_of_the_pinned_li
     bad = subprocess.run([sys.executable, "-c", probe, "0" * 64, path], capture_output=True, text=True, env=env, timeout=120)
     assert bad.stdout.startswith("refused:") and "changed since it was built" in bad.stdout, bad.stdout + bad.stderr
     assert bad.stdout.rstrip().endswith("False")
+
+
+POOL = """
+class CachingPool:
+    def __init__(self, raw_malloc, raw_free):
+        self.raw_malloc, self.raw_free, self.free_blocks = raw_malloc, raw_free, []
+    def malloc(self, nbytes):
+        return self.free_blocks.pop() if self.free_blocks else self.raw_malloc(nbytes)
+    def free(self, handle):
+        self.free_blocks.append(handle)
+    def release(self):
+        for handle in self.free_blocks:
+            try:
+                self.raw_free(handle)
+            except Exception:
+                pass  # swallowed: the judge's callback error must stand all the same
+        self.free_blocks = []
+        return 1
+"""
+
+
+def test_objects_stay_in_the_learner_process_and_call_the_judge_back(learner):
+    """pool.py's CachingPool: made and called in the learner process; the raw allocator it is given is the judge's
+    own function, called back from there; an error that function raises fails the call even if the learner's
+    code swallows it."""
+    learner_process, workspace = learner
+    (workspace / "pool.py").write_text(POOL)
+    calls = []
+
+    def raw_malloc(nbytes):
+        calls.append(("malloc", nbytes))
+        return 0x1000 * len(calls)
+
+    def raw_free(handle):
+        calls.append(("free", handle))
+        raise ValueError(f"raw_free({handle:#x}): not allocated")
+
+    pool = learner_process.load_module("pool.py").CachingPool(raw_malloc, raw_free)
+    assert isinstance(pool, learner_process.RemoteObject) and "CachingPool" in repr(pool)
+    a = pool.malloc(100)
+    assert a == 0x1000 and calls == [("malloc", 100)]
+    assert pool.free(a) is None and pool.malloc(7) == a and len(calls) == 1  # served from the learner's cache
+    pool.free(a)
+    with pytest.raises(ValueError, match="raw_free\\(0x1000\\): not allocated"):
+        pool.release()
+    assert calls[-1] == ("free", 0x1000)
+
+
+def test_tensors_travel_with_their_tape(learner):
+    """A Tensor-valued call: the graph of the tensors passed (data, requires_grad, grad_fn with its inputs and saved
+    tensors) is rebuilt in the learner process; the grads its code sets come back onto the judge's own tensors."""
+    import minitorch
+
+    learner_process, workspace = learner
+    (workspace / "tape.py").write_text(
+        "def order(root):\n"
+        "    seen, out, stack = set(), [], [root]\n"
+        "    while stack:\n"
+        "        t = stack.pop()\n"
+        "        if id(t) not in seen:\n"
+        "            seen.add(id(t)); out.append(t)\n"
+        "            stack += list(t.grad_fn.inputs) if t.grad_fn else []\n"
+        "    return out\n"
+        "def grad_to_leaves(root, scale):\n"
+        "    for t in order(root):\n"
+        "        if t.grad_fn is None and t.requires_grad:\n"
+        "            t.grad = t.detach() * scale\n")
+    a = minitorch.tensor(np.array([1.0, 2.0], np.float32), device="cpu", requires_grad=True)
+    b = minitorch.tensor(np.array([3.0, 4.0], np.float32), device="cpu")
+    c = a * b
+    root = c + a
+    module = learner_process.load_module("tape.py")
+    listed = module.order(root)
+    assert [id(t) for t in listed][:1] == [id(root)] and {id(t) for t in listed} == {id(root), id(c), id(a), id(b)}
+    module.grad_to_leaves(root, 2.0)
+    assert b.grad is None and c.grad is None
+    np.testing.assert_array_equal(a.grad.numpy(), [2.0, 4.0])
+    assert a.grad is not a and a.grad.requires_grad is False
