@@ -688,6 +688,24 @@ def _gpu_delay(seconds: float = 200e-6) -> Callable[[], None]:
     return lambda: kernel((1,), (1,), (cycles,))
 
 
+def time_with_fresh_inputs(launcher: Callable[..., Any], make_call: Callable[[int], tuple[tuple, dict]],
+                           check: Callable[[int, tuple, Any], None], *, reps: int = 5, warmup: int = 1) -> float:
+    """Seconds one call of the learner's `launcher` takes, by the grader's own clock: `warmup` calls, then `reps`
+    calls run back to back, each on fresh inputs (``make_call(i) -> (args, kwargs)``; negative i for the warm-up),
+    in the learner's process when its code is isolated (``learner_process.timed_calls``: one request, the clock
+    around it). Then every timed call's outputs are checked (``check(i, args, result)`` raises GradeError): a
+    launcher that keeps a result and hands it back for later calls fails here as in any value check, and a timer
+    patched by the learner's code is not this one."""
+    from grader import learner_process
+
+    learner_process.timed_calls(launcher, [make_call(-1 - i) for i in range(warmup)])
+    calls = [make_call(i) for i in range(reps)]
+    seconds, results = learner_process.timed_calls(launcher, calls)
+    for i, ((args, _), result) in enumerate(zip(calls, results, strict=True)):
+        check(i, args, result)
+    return seconds / max(reps, 1)
+
+
 def time_cuda(fn: Callable[[], Any], *, warmup: int = 3, min_reps: int = 10, max_reps: int = 200,
               max_time_s: float = 2.0, flush_l2: bool = True, hide_host_overhead: bool = True) -> float:
     """Median seconds of fn() by CUDA events, after warm-up, L2 flushed before each repetition.

@@ -437,7 +437,7 @@ def test_isolated_phases_are_the_launcher_level_ones():
         assert isolated(by_name[name], {})  # the device left to the tests' process: it isolates on the emulator
         assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cuda"})
         assert not isolated(by_name[name], {"MINITORCH_DEVICE": "emu", "GRADER_ISOLATION": "0"})
-    assert not isolated(by_name["phase6"], {"MINITORCH_DEVICE": "emu"})
+    assert not isolated(by_name["phase7"], {"MINITORCH_DEVICE": "emu"})
 
 
 def test_the_judge_maps_the_emulator_runtime_from_a_sealed_copy_of_the_pinned_library():
@@ -538,3 +538,47 @@ def test_tensors_travel_with_their_tape(learner):
     assert b.grad is None and c.grad is None
     np.testing.assert_array_equal(a.grad.numpy(), [2.0, 4.0])
     assert a.grad is not a and a.grad.requires_grad is False
+
+
+def fill_timing(module, sizes=(1000, 777, 1025, 3000)):
+    """checks.time_with_fresh_inputs over the learner's memory.fill: each call a fresh output and value."""
+    from grader import checks
+    from minitorch import backend
+
+    def make_call(i):
+        return (backend.zeros(sizes[i % len(sizes)]), float(i) + 0.5), {}
+
+    def check(i, args, result):
+        checks.assert_close(args[0], np.full(sizes[i % len(sizes)], float(i) + 0.5), rtol=0,
+                            what=f"fill, timed call {i}")
+
+    return checks.time_with_fresh_inputs(module.fill, make_call, check, reps=4)
+
+
+def test_timed_calls_are_timed_by_the_judge_on_fresh_inputs(learner):
+    """(2, 6) A timing is the judge's clock around the learner process's calls (its patched timer is not read), and
+    every timed call's outputs are checked: the first result kept and handed back fails the timed check too."""
+    from grader import checks
+    from minitorch import kernels
+
+    learner_process, workspace = learner
+    kernels.set_learner_loaders(learner_process.load_module, learner_process.load_kernel)  # as in the judge
+    files = solution_sources()
+    (workspace / "memory.py").write_text(files["memory.py"] + "\n" + PATCH_TIMER)
+    module = learner_process.load_module("memory.py")
+    per_call = fill_timing(module)
+    assert per_call > 0 and per_call * 4 == learner_process.learner_process().last_seconds  # one request, 4 calls
+    (workspace / "memory.py").write_text(files["memory.py"] + "\n" + PATCH_TIMER + "\n" + SLOW_FILL)
+    assert fill_timing(learner_process.load_module("memory.py")) >= 0.05  # slept in the learner process: counted
+    (workspace / "memory.py").write_text(tampered(CACHE_FIRST, HONEST_FILL)["memory.py"])
+    with pytest.raises(checks.GradeError, match="fill, timed call 0"):
+        fill_timing(learner_process.load_module("memory.py"))
+    assert learner_process.learner_process().last_seconds > 0
+
+
+SLOW_FILL = """
+_fast_fill = fill
+def fill(out, value):
+    slow(0.05)
+    _fast_fill(out, value)
+"""
