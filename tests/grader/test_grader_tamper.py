@@ -67,6 +67,11 @@ CASES = {
                     "backprop.py", "    grads = {id(root): grad}\n", "    grads = {id(root): grad * 2.0}\n",
                     "test_gradients_on_the_device and not empty", "test_gradients_on_the_device and transpose",
                     "relative error"),
+    # the learner's objects: CachingPool lives in the learner process, the recording raw allocator is called back
+    "phase5": Case("phase5", ("phase1_memory", "phase2_kernels", "phase3a_forward", "phase3b_backward",
+                              "phase4_reductions", "phase5_fast"),
+                   "pool.py", "            self.hits += 1\n", "            self.hits += 2\n",
+                   "test_pool_never_hands_out", "test_pool_never_hands_out", "pool.stats()"),
 }
 PHASES = list(CASES)
 
@@ -122,8 +127,10 @@ _checks.assert_bitwise_equal = lambda *a, **k: None
 _checks.require_launch = lambda *a, **k: None
 _checks.run_without_host_transfers = lambda what, call: call()
 for _name, _module in list(sys.modules.items()):  # the graded test modules' own checks (check_gradients, ...)
-    if _name.startswith("test_phase") and hasattr(_module, "check_gradients"):
-        _module.check_gradients = lambda *a, **k: None
+    if _name.startswith("test_phase"):
+        for _attr in dir(_module):
+            if _attr.startswith("check_") and callable(getattr(_module, _attr)):
+                setattr(_module, _attr, lambda *a, **k: None)
 """
 
 # (2) pytest replaced: every report says passed, pytest.fail does nothing
@@ -206,6 +213,8 @@ def fill(out, value):
     _time.sleep(3600)
 def backpropagate(root, grad):
     _time.sleep(3600)
+def size_class(nbytes):
+    _time.sleep(3600)
 """
 
 
@@ -220,6 +229,7 @@ with open({path!r}, "a") as _fh:
 HONEST_SELECTION = {
     "phase1": "test_fill or test_copy_values or test_tensor_fill or test_results_come_from",
     "phase3b": "test_topological_order_of_a_diamond or test_gradients_on_the_device or test_xor_trains",
+    "phase5": "test_pool or test_adam_captured",
 }
 
 
@@ -437,7 +447,7 @@ def test_isolated_phases_are_the_launcher_level_ones():
         assert isolated(by_name[name], {})  # the device left to the tests' process: it isolates on the emulator
         assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cuda"})
         assert not isolated(by_name[name], {"MINITORCH_DEVICE": "emu", "GRADER_ISOLATION": "0"})
-    assert not isolated(by_name["phase7"], {"MINITORCH_DEVICE": "emu"})
+    assert not isolated(by_name["phase8a"], {"MINITORCH_DEVICE": "emu"})
 
 
 def test_the_judge_maps_the_emulator_runtime_from_a_sealed_copy_of_the_pinned_library():
