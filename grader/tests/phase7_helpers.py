@@ -7,8 +7,6 @@ word, which the tests check against their own references, never a verdict comput
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 import minitorch
@@ -34,33 +32,34 @@ def replayed_clip(sizes: tuple[int, ...], grad_sets: list[list[np.ndarray]], max
     return found
 
 
-def eager_and_replayed_gpt_steps(vocab: int, t: int, b: int, batches: list[tuple[np.ndarray, np.ndarray]]
-                                 ) -> tuple[list[float], list[float], list[str], list[np.ndarray], list[np.ndarray]]:
-    """Two copies of one small GPT trained on `batches` (int32 (b, t) inputs and targets), one step at a time: the
-    first eagerly, the second by replaying one captured step (AdamW, clip_grad_norm_ 0.5). Returns the eager
-    losses, the replayed losses, the parameters' names, and each copy's parameters after the last step."""
-    models = [nn.GPT(vocab, t, d_model=16, n_head=2, n_layer=1, seed=5) for _ in range(2)]
-    opts = [optim.AdamW(m.parameters(), lr=3e-2, weight_decay=0.01) for m in models]
-    xs = [minitorch.zeros((b, t), dtype="int32") for _ in range(2)]
-    ys = [minitorch.zeros((b, t), dtype="int32") for _ in range(2)]
+def gpt_training_step(vocab: int, t: int, b: int) -> tuple:
+    """A small GPT (seed 5), its AdamW, input and target buffers (int32 (b, t)), and its training step (clip 0.5)."""
+    model = nn.GPT(vocab, t, d_model=16, n_head=2, n_layer=1, seed=5)
+    opt = optim.AdamW(model.parameters(), lr=3e-2, weight_decay=0.01)
+    x, y = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
 
-    def step(i: int):
-        loss = functional.cross_entropy(models[i](xs[i]).reshape(b * t, vocab), ys[i].reshape(b * t))
-        opts[i].zero_grad()
+    def step():
+        loss = functional.cross_entropy(model(x).reshape(b * t, vocab), y.reshape(b * t))
+        opt.zero_grad()
         loss.backward()
-        optim.clip_grad_norm_(models[i].parameters(), 0.5)
-        opts[i].step()
+        optim.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
         return loss
 
-    captured = launch_checked("graph.capture(training step)", lambda: graph.capture(partial(step, 1)))
-    eager, replayed = [], []
-    for k, (x, y) in enumerate(batches):
-        for buf, values in ((xs, x), (ys, y)):
-            for i in range(2):
-                buf[i].copy_from(np.asarray(values).astype(np.int32))
-        eager.append(launch_checked(f"eager step {k}", lambda: step(0)).item())
+    return model, x, y, step
+
+
+def replayed_gpt_steps(vocab: int, t: int, b: int, batches: list[tuple[np.ndarray, np.ndarray]]
+                       ) -> tuple[list[float], list[str], list[np.ndarray]]:
+    """``gpt_training_step``'s step captured once, then replayed on each of `batches` (copied into the buffers
+    before each replay): the losses of the replays, the parameters' names and values after the last."""
+    model, x, y, step = gpt_training_step(vocab, t, b)
+    captured = launch_checked("graph.capture(training step)", lambda: graph.capture(step))
+    losses = []
+    for k, (xs, ys) in enumerate(batches):
+        x.copy_from(np.asarray(xs).astype(np.int32))
+        y.copy_from(np.asarray(ys).astype(np.int32))
         launch_checked(f"replay {k}", captured.replay)
-        replayed.append(captured.output.item())
-    names = [name for name, _ in models[0].named_parameters()]
-    return (eager, replayed, names, [p.numpy() for _, p in models[0].named_parameters()],
-            [p.numpy() for _, p in models[1].named_parameters()])
+        losses.append(captured.output.item())
+    named = list(model.named_parameters())
+    return losses, [name for name, _ in named], [p.numpy() for _, p in named]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from phase7_helpers import eager_and_replayed_gpt_steps, replayed_clip
+from phase7_helpers import gpt_training_step, replayed_clip, replayed_gpt_steps
 
 from grader import checks, learner_process
 from grader.checks import ODD_SIZES, GradeError, launch_checked
@@ -1078,20 +1078,29 @@ def test_captured_training_step_replays_the_eager_steps():
     vocab, t, b = 11, 8, 3
     r = checks.rng("captured-step")
     batches = [(r.integers(0, vocab, (b, t)), r.integers(0, vocab, (b, t))) for _ in range(3)]
-    # eager and replayed where the learner's code runs (its own process when isolated); compared here
-    eager, replayed, names, eager_params, replayed_params = launch_checked(
+    # The captured step and its replays run where the learner's code runs (its own process when isolated); its
+    # eager twin runs here, launch by launch, and is what the replays are held to.
+    replayed, names, replayed_params = launch_checked(
         "graph.capture(training step) and its replays",
-        lambda: learner_process.run_in_learner_process(eager_and_replayed_gpt_steps, vocab, t, b, batches))
-    for k, (e, rep) in enumerate(zip(eager, replayed, strict=True)):
-        if not abs(e - rep) <= 1e-5 * abs(e):
-            raise GradeError(f"step {k}: the eager step's loss is {e!r}, the captured step's {rep!r}")
+        lambda: learner_process.run_in_learner_process(replayed_gpt_steps, vocab, t, b, batches))
+    model, x, y, step = gpt_training_step(vocab, t, b)
+    for k, (xs, ys) in enumerate(batches):
+        x.copy_from(xs.astype(np.int32))
+        y.copy_from(ys.astype(np.int32))
+        eager = launch_checked(f"eager step {k}", step).item()
+        if not abs(eager - replayed[k]) <= 1e-5 * abs(eager):
+            raise GradeError(f"step {k}: the eager step's loss is {eager!r}, the captured step's {replayed[k]!r}")
     # On a GPU the embedding backward's scatter-add and the clipping's sum of squares add with atomics, in
     # an order that changes between runs; AdamW divides a gradient by its own size, so a weight whose
     # gradient is rounding noise may move by up to lr either way. The losses (1e-5) are the strict check;
     # the weights must agree to well under one step (lr = 3e-2): a stale step count, a learning rate or
     # clip coefficient frozen at capture time moves them far more.
-    for name, p0, p1 in zip(names, eager_params, replayed_params, strict=True):
-        checks.assert_close(p1, p0, rtol=1e-3, atol=2e-3, what=f"{name} after 3 captured steps vs 3 eager steps")
+    eager_params = list(model.named_parameters())
+    if names != [name for name, _ in eager_params]:
+        raise GradeError(f"the captured model's parameters are {names}, the eager model's "
+                         f"{[name for name, _ in eager_params]}")
+    for (name, p0), p1 in zip(eager_params, replayed_params, strict=True):
+        checks.assert_close(p1, p0.numpy(), rtol=1e-3, atol=2e-3, what=f"{name} after 3 captured steps vs 3 eager steps")
 
 
 # ---------------------------------------------------------------- the launchers
