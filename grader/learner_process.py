@@ -555,6 +555,8 @@ class LearnerProcess:
         self._lock = threading.Lock()
         self.starts = 0
         self.last_seconds = 0.0
+        self._busy: int | None = None  # the thread whose request is in flight
+        self._busy_with = ""
 
     def _start(self) -> None:
         to_r, to_w = os.pipe()
@@ -587,32 +589,42 @@ class LearnerProcess:
             proc.wait()
 
     def request(self, header: dict, encoder: Encoder) -> tuple[dict, list[bytes]]:
+        if self._busy == threading.get_ident():  # a callback of the judge calling the learner's code again
+            raise LearnerProcessError(f"{header.get('what', '?')} was called from a callback of the grader while the "
+                                      f"learner's process was running {self._busy_with}: one call at a time")
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self.stop()
-                self._start()
-            assert self._to is not None and self._from is not None
+            self._busy, self._busy_with = threading.get_ident(), header.get("what", "?")
             try:
-                start = time.perf_counter()
-                send_frame(self._to, {**header, "slots": encoder.slots}, encoder.buffers)
-                failed: BaseException | None = None
-                while True:
-                    reply, buffers = recv_frame(self._from)
-                    if "callback" not in reply:
-                        break
-                    answer, answer_buffers, error = _answer_callback(reply, buffers)
-                    failed = failed or error
-                    send_frame(self._to, answer, answer_buffers)
-                self.last_seconds = time.perf_counter() - start  # the judge's clock around the whole request
-            except (EOFError, OSError, ValueError, LearnerProcessError, struct.error) as err:
-                proc = self._proc
-                self.stop()
-                code = proc.wait() if proc is not None else None
-                died = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
-                        else f"exit status {code}")
-                raise LearnerProcessError(
-                    f"the learner's process died ({died}) while running {header.get('what', '?')}"
-                    + ("" if isinstance(err, EOFError) else f": {err}")) from None
+                return self._request(header, encoder)
+            finally:
+                self._busy = None
+
+    def _request(self, header: dict, encoder: Encoder) -> tuple[dict, list[bytes]]:
+        if self._proc is None or self._proc.poll() is not None:
+            self.stop()
+            self._start()
+        assert self._to is not None and self._from is not None
+        try:
+            start = time.perf_counter()
+            send_frame(self._to, {**header, "slots": encoder.slots}, encoder.buffers)
+            failed: BaseException | None = None
+            while True:
+                reply, buffers = recv_frame(self._from)
+                if "callback" not in reply:
+                    break
+                answer, answer_buffers, error = _answer_callback(reply, buffers)
+                failed = failed or error
+                send_frame(self._to, answer, answer_buffers)
+            self.last_seconds = time.perf_counter() - start  # the judge's clock around the whole request
+        except (EOFError, OSError, ValueError, LearnerProcessError, struct.error) as err:
+            proc = self._proc
+            self.stop()
+            code = proc.wait() if proc is not None else None
+            died = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
+                    else f"exit status {code}")
+            raise LearnerProcessError(
+                f"the learner's process died ({died}) while running {header.get('what', '?')}"
+                + ("" if isinstance(err, EOFError) else f": {err}")) from None
         if failed is not None:  # a callback of the judge's raised: that error stands, whatever the learner's code
             raise failed        # did with it
         return reply, buffers

@@ -602,3 +602,16 @@ def fill(out, value):
     slow(0.05)
     _fast_fill(out, value)
 """
+
+
+def test_a_callback_that_calls_the_learner_again_is_refused_not_deadlocked(learner):
+    """A function of the judge called back by the learner's code may not call the learner's code in turn (one
+    request at a time): it fails naming both calls instead of waiting for ever."""
+    learner_process, workspace = learner
+    (workspace / "pool.py").write_text(POOL)
+    module = learner_process.load_module("pool.py")
+    inner = module.CachingPool(lambda n: 0x1000, lambda h: None)
+    pool = module.CachingPool(lambda n: inner.malloc(n), lambda h: None)
+    with pytest.raises(learner_process.LearnerProcessError, match="called from a callback of the grader"):
+        pool.malloc(100)
+    assert inner.malloc(8) == 0x1000  # the learner process still answers
