@@ -56,6 +56,9 @@ def show(results: Path = Path("../benchmarks/results")) -> None:
     loads = sorted({round(r["load_average_before"], 1) for r in speed["results"]})
     text = [f"Measured on {speed['device']}, {speed['date']} (`benchmarks/results/{speed['_file']}`); "
             f"the machine's load average was {loads[0]} to {loads[-1]} while it ran."]
+    if loads[-1] > speed.get("cpu_count", 1):
+        text.append("Other programs kept its cores busy, so the wall-clock times are longer than on an idle "
+                    "machine; the CPU times are the emulator's own.")
     mnist = pick(speed, "mnist", 1)
     if before is not None and mnist is not None and pick(before, "mnist", 1) is not None:
         old = pick(before, "mnist", 1)
