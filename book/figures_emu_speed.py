@@ -56,6 +56,9 @@ def show(results: Path = Path("../benchmarks/results")) -> None:
     loads = sorted({round(r["load_average_before"], 1) for r in speed["results"]})
     text = [f"Measured on {speed['device']}, {speed['date']} (`benchmarks/results/{speed['_file']}`); "
             f"the machine's load average was {loads[0]} to {loads[-1]} while it ran."]
+    if loads[-1] > speed.get("cpu_count", 1):
+        text.append("Other programs kept its cores busy, so the wall-clock times are longer than on an idle "
+                    "machine; the CPU times are the emulator's own.")
     mnist = pick(speed, "mnist", 1)
     if before is not None and mnist is not None and pick(before, "mnist", 1) is not None:
         old = pick(before, "mnist", 1)
@@ -72,13 +75,24 @@ def show(results: Path = Path("../benchmarks/results")) -> None:
     display(Markdown("\n".join(f"- {n}" for n in speed.get("notes", []))))
     profile_file = results / speed["_file"].replace("emu_speed-", "emu_profile-")
     if profile_file.exists():
-        shares = json.loads(profile_file.read_text())["results"][0]["shares_percent"]
-        display(Markdown(f"A `perf record` profile of the timed MNIST steps (`{profile_file.name}`, one worker): "
-                         + ", ".join(f"{part} {pct:.0f}%" for part, pct in shares.items()) + "."))
+        profile = json.loads(profile_file.read_text())["results"][0]
+        text = (f"A `perf record` profile of the timed MNIST steps (`{profile_file.name}`, one worker): "
+                + ", ".join(f"{part} {pct:.0f}%" for part, pct in profile["shares_percent"].items()) + ".")
+        if "kernel_samples_after_a_division_percent" in profile:
+            text += (f" {profile['kernel_samples_after_a_division_percent']:.0f}% of all the samples are kernel code "
+                     "waiting for an integer division (on the instruction right after a `div` or `idiv`).")
+        display(Markdown(text))
     if mnist is not None and mnist.get("kernels"):
         total = sum(k["cpu_seconds"] for k in mnist["kernels"])
-        rows = ["| kernel (one MNIST step, one worker) | launches | CPU time | share |", "|---|--:|--:|--:|"]
+        shaped = "shapes" in mnist["kernels"][0]
+        rows = ["| kernel (one MNIST step, one worker) | launches | CPU time | share |"
+                + (" launch shapes (grid × block) | runs on |" if shaped else ""),
+                "|---|--:|--:|--:|" + ("---|---|" if shaped else "")]
         for k in mnist["kernels"][:8]:
-            rows.append(f"| `{k['kernel']}` | {k['launches']} | {k['cpu_seconds'] * 1e3:.1f} ms "
-                        f"| {100 * k['cpu_seconds'] / total:.0f}% |")
+            row = (f"| `{k['kernel']}` | {k['launches']} | {k['cpu_seconds'] * 1e3:.1f} ms "
+                   f"| {100 * k['cpu_seconds'] / total:.0f}% |")
+            if shaped:
+                shapes = "; ".join(f"{tuple(s['grid'])} × {tuple(s['block'])}" for s in k["shapes"])
+                row += f" {shapes} | {'fibers' if k['fibers'] else 'a plain loop'} |"
+            rows.append(row)
         display(Markdown("\n".join(rows)))

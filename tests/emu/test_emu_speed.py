@@ -99,3 +99,29 @@ def test_benchmark_kernels_run_and_verify_at_tiny_sizes(bench: ModuleType) -> No
     assert [r["kernel"] for r in rows if r["kind"] == "launch"] == ["empty", "empty_args"]
     assert kinds["elementwise"]["gb_per_second"] > 0 and kinds["sgemm"]["gflop_per_second"] > 0
     assert all(r["seconds"] > 0 and r["workers"] == 1 for r in rows)
+
+
+def test_kernel_profile_names_launch_shapes_and_fibers(bench: ModuleType, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MNIST row's per-kernel breakdown: CPU time by kernel, each kernel's launch shapes (grid, block,
+    dynamic shared memory, threads in all) and whether it runs on fibers (the tiled kernel synchronises, the
+    elementwise one does not)."""
+    import minitorch
+    from minitorch import kernels
+
+    monkeypatch.setenv("MINITORCH_WORKSPACE", str(tmp_path))
+    minitorch.set_device("emu")
+    kernels.write_source("speed_probe.cu", TILED)
+    mm, scale = kernels.load_kernel("speed_probe.cu", "mm"), kernels.load_kernel("speed_probe.cu", "scale")
+    n = 20
+    a, b, c, x = (emu.zeros(v, np.float32) for v in ((n, n), (n, n), (n, n), 1001))
+    with kernels.recording() as launches:
+        mm((3, 3), (8, 8), (a, b, c, np.int32(n)))
+        scale((8,), (128,), (x, np.int32(1001)))
+        scale((4,), (256,), (x, np.int32(1001)))
+    rows = {r["kernel"]: r for r in bench.kernel_profile(launches, rounds=1)}
+    assert rows["mm"]["fibers"] is True and rows["scale"]["fibers"] is False
+    assert rows["mm"]["launches"] == 1 and rows["scale"]["launches"] == 2
+    assert rows["mm"]["shapes"] == [{"grid": [3, 3], "block": [8, 8], "shared_mem": 0, "threads": 576}]
+    assert [s["threads"] for s in rows["scale"]["shapes"]] == [1024, 1024]
+    assert all(r["cpu_seconds"] > 0 for r in rows.values())
