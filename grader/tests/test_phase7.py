@@ -787,6 +787,88 @@ def test_softmax_kernels_any_grid(kernel):
         checks.assert_close(out, expected, rtol=1e-4, atol=1e-6, what=what)
 
 
+# ---------------------------------------------------------------- the online softmax (Exercise 9b)
+
+ONLINE = pytest.mark.kernel("online_softmax.cu", "online_softmax")
+ONLINE_COLS = [1, 2, 31, 32, 33, 127, 1000]
+
+
+def online_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float64 (probabilities, row maximum, row sum of exp(x - max)); a row with no finite entry gives zeros, a
+    maximum of -inf and a sum of 0."""
+    x = x.astype(np.float64)
+    m = x.max(axis=1, keepdims=True)
+    e = np.exp(x - np.where(np.isfinite(m), m, 0.0))
+    s = e.sum(axis=1, keepdims=True)
+    return np.divide(e, s, out=np.zeros_like(e), where=s > 0), m[:, 0], s[:, 0]
+
+
+def online_rows(cols: int, salt: object) -> np.ndarray:
+    """Rows a careless online softmax gets wrong: plain, large (exp overflows float32 without the maximum), very
+    negative, half masked (-inf), nothing visible, one visible entry at either end of the row."""
+    r = checks.rng("online-softmax", cols, salt)
+    x = (r.standard_normal((41, cols)) * 3).astype(np.float32)
+    x[1] += 1000.0
+    x[2] -= 1e4
+    x[3] = np.float32(90.0) + np.arange(cols, dtype=np.float32) * np.float32(0.5)  # the maximum rises along the row
+    x[4] = np.float32(90.0) - np.arange(cols, dtype=np.float32) * np.float32(0.5)  # the first entry is the largest
+    x[5:25][r.random((20, cols)) < 0.5] = -np.inf
+    x[25] = -np.inf
+    x[26] = -np.inf
+    x[26, 0] = 7.0
+    x[27] = -np.inf
+    x[27, -1] = -3.0
+    return x
+
+
+def device_online(x: np.ndarray, grid: int, threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rows, cols = x.shape
+    out, m, total = checks.poison(x.shape), checks.poison((rows,)), checks.poison((rows,))
+    k, xd = kernels.load_kernel("online_softmax.cu", "online_softmax"), dev(x)
+    run(f"online_softmax of {rows} x {cols} launched with {grid} blocks of {threads} threads", "online_softmax.cu",
+        "online_softmax", lambda: k((grid,), (threads,), (xd, out, m, total, np.int32(rows), np.int32(cols))))
+    return checks.to_host(out), checks.to_host(m), checks.to_host(total)
+
+
+def check_online(got: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray, what: str) -> None:
+    probs, m, total = got
+    want_p, want_m, want_l = online_reference(x)
+    empty = ~np.isfinite(want_m)
+    computed_nan = (np.isnan(probs) & ~checks.is_poison(probs)).any(axis=1) | (np.isnan(total) & ~checks.is_poison(total))
+    nan_rows = np.flatnonzero(computed_nan)
+    if nan_rows.size:
+        kinds = "with nothing visible (every entry -inf)" if empty[nan_rows].all() else "some with visible entries"
+        raise GradeError(f"{what}: rows {nan_rows[:5].tolist()} compute a NaN sum or NaN probabilities ({kinds}, "
+                         f"where some lanes meet only -inf entries): merging two "
+                         f"empty parts takes exp(-inf - (-inf)) = exp(NaN); when the new maximum is -inf, the "
+                         f"sum is 0 and nothing is rescaled")
+    checks.assert_close(probs, want_p, rtol=1e-5, atol=1e-7, what=f"{what}: probabilities")
+    if not np.array_equal(m.astype(np.float64), want_m):
+        bad = int(np.flatnonzero(m.astype(np.float64) != want_m)[0])
+        raise GradeError(f"{what}: row_max[{bad}] = {m[bad]!r}, expected {want_m[bad]!r} (the row's maximum, -inf "
+                         f"for a row with nothing visible: exact)")
+    checks.assert_close(total, want_l, rtol=1e-5, atol=0, what=f"{what}: row_sum (the sum of exp(x - max))")
+
+
+@ONLINE
+@pytest.mark.parametrize("cols", ONLINE_COLS)
+@pytest.mark.hint("(m, l) = (-inf, 0); each entry x merges as (x, 1): m' = max(m, x), l' = l exp(m - m') + "
+                  "exp(x - m'), nothing rescaled when m' is -inf; the 32 lanes' pairs merge by the same rule in a "
+                  "butterfly; out = exp(x - m) / l, 0 where l = 0")
+def test_online_softmax_values(cols):
+    x = online_rows(cols, "values")
+    check_online(device_online(x, (41 + 3) // 4, 128), x, f"online_softmax of 41 x {cols}")
+
+
+@ONLINE
+@pytest.mark.parametrize("grid, threads", [(1, 32), (3, 64), (200, 256)])
+@pytest.mark.hint("warps loop over the rows (a grid-stride loop counted in warps): any grid covers any rows, "
+                  "and a grid with more warps than rows leaves the extra warps idle")
+def test_online_softmax_any_grid(grid, threads):
+    x = online_rows(45, ("grid", grid, threads))
+    check_online(device_online(x, grid, threads), x, f"online_softmax launched with {grid} blocks of {threads}")
+
+
 # ---------------------------------------------------------------- heads
 
 HEADS = pytest.mark.kernel("attention.cu", "split_heads")
