@@ -347,3 +347,68 @@ def test_gpt_on_cuda_matches_float64_and_its_captured_step_replays_eager_steps(s
     # are the strict check; the weights must agree to well under one step of lr = 3e-2.
     for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
         np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-3, atol=2e-3)
+
+
+# ---------------------------------------------------------------- weight tying
+
+
+def test_a_tied_gpt_matches_finite_differences_and_shares_one_table(solutions):
+    model = nn.GPT(7, 6, d_model=8, n_head=2, n_layer=1, device="cpu", dtype="float64", seed=0, tie_weights=True)
+    names = [name for name, _ in model.named_parameters()]
+    assert "lm_head.weight" not in names and "lm_head.bias" in names and names.count("wte.weight") == 1
+    assert model.config["tie_weights"] is True
+    idx = ids(np.random.default_rng(0).integers(0, 7, (2, 5)))
+    assert max(gradcheck(lambda *ps: model(idx), list(model.parameters()))) < 1e-6
+
+
+def test_a_tied_table_gets_the_sum_of_both_gradients(solutions):
+    """The table's gradient is the embedding's scatter-add plus the head's dyᵀ·x: each alone is wrong."""
+    model = nn.GPT(7, 6, d_model=8, n_head=2, n_layer=1, device="cpu", dtype="float64", seed=2, tie_weights=True)
+    idx = ids(np.random.default_rng(1).integers(0, 7, (2, 6)))
+    g = np.random.default_rng(2).standard_normal((2, 6, 7))
+    model(idx).backward(minitorch.tensor(g, device="cpu", dtype="float64"))
+    total = model.wte.weight.grad.numpy()
+    # the head's share, from the input of the head (ln_f's output) recomputed on the host
+    with minitorch.no_grad():
+        x = model._embed(idx)
+        for block in model.blocks:
+            x = block(x)
+        h = model.ln_f(x).numpy().reshape(-1, 8)
+    head_share = g.reshape(-1, 7).T @ h
+    assert np.abs(total - head_share).max() > 1e-3  # the embedding's share is not nothing
+    np.testing.assert_allclose(model.lm_head.bias.grad.numpy(), g.sum(axis=(0, 1)), rtol=1e-12)
+
+
+def test_a_tied_gpt_on_the_emulator_matches_float64(solutions):
+    config = dict(vocab_size=13, block_size=9, d_model=16, n_head=2, n_layer=1, seed=3, tie_weights=True)
+    emu, ref = nn.GPT(**config, device="emu"), nn.GPT(**config, device="cpu", dtype="float64")
+    x = np.random.default_rng(0).integers(0, 13, (3, 9))
+    got, want = emu(ids(x, "emu")), ref(ids(x))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+    g = np.random.default_rng(1).standard_normal(want.shape)
+    got.backward(minitorch.tensor(g.astype(np.float32), device="emu"))
+    want.backward(minitorch.tensor(g, device="cpu", dtype="float64"))
+    for (name, p), (_, q) in zip(emu.named_parameters(), ref.named_parameters(), strict=True):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied (older saved models)", "tied"])
+def test_the_graders_float64_forward_reads_tied_and_untied_models(tied):
+    """grader/tests/test_phase7_gpt.py's own NumPy forward gives the model's float64 logits from its state dict,
+    whether the head is tied (no lm_head.weight) or not (records without tie_weights)."""
+    from grader.checks import GradeError
+    from grader.tests import test_phase7_gpt as deliverable
+
+    model = nn.GPT(11, 8, d_model=16, n_head=2, n_layer=2, device="cpu", dtype="float64", seed=4, tie_weights=tied)
+    assert ("tie_weights" in model.config) == tied  # an untied model's record is what it always was
+    config = deliverable.config_of({"config": model.config})
+    params = {k: np.asarray(v, np.float64) for k, v in model.state_dict().items()}
+    deliverable.check_parameters(config, params)
+    x = np.random.default_rng(5).integers(0, 11, (3, 8))
+    np.testing.assert_allclose(deliverable.logits_of(params, config, x), model(ids(x)).numpy(), rtol=1e-10, atol=1e-12)
+    if tied:  # a record that says tied beside a file with a head of its own is refused, not guessed
+        with pytest.raises(GradeError, match="says the head is tied"):
+            deliverable.check_parameters(config, {**params, "lm_head.weight": np.zeros((16, 11))})
+    else:
+        with pytest.raises(GradeError, match="lacks lm_head.weight"):
+            deliverable.check_parameters(config, {k: v for k, v in params.items() if k != "lm_head.weight"})
