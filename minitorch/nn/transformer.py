@@ -21,6 +21,7 @@ import numpy as np
 
 from minitorch import backend, functional, ops
 from minitorch.autograd import Context, Function, no_grad
+from minitorch.nn.dropout import Dropout
 from minitorch.nn.kv_cache import KVCacheDecoder
 from minitorch.nn.linear import Linear
 from minitorch.nn.module import Module, ModuleList
@@ -120,21 +121,27 @@ class MultiHeadAttention(Module):
 
 
 class TransformerBlock(Module):
-    """A pre-norm block: x + attn(ln1(x)), then x + proj(gelu(fc(ln2(x)))), fc widening to 4 d_model."""
+    """A pre-norm block: x + attn(ln1(x)), then x + proj(gelu(fc(ln2(x)))), fc widening to 4 d_model. With
+    ``dropout`` > 0, each residual branch passes through a Dropout before it is added (nanoGPT's
+    ``resid_dropout`` and the MLP's dropout)."""
 
     def __init__(self, d_model: int, n_head: int, *, device: str | None = None, dtype: DTypeLike = None,
-                 seed: int | None = None) -> None:
-        seeds = np.random.default_rng(seed).integers(0, 2**31, 3)
+                 seed: int | None = None, dropout: float = 0.0) -> None:
+        rng = np.random.default_rng(seed)
+        seeds = rng.integers(0, 2**31, 3)
         self.ln1 = LayerNorm(d_model, device=device, dtype=dtype)
         self.attn = MultiHeadAttention(d_model, n_head, device=device, dtype=dtype, seed=int(seeds[0]))
         self.ln2 = LayerNorm(d_model, device=device, dtype=dtype)
         self.fc = Linear(d_model, 4 * d_model, device=device, dtype=dtype, seed=int(seeds[1]))
         self.gelu = GELU()
         self.proj = Linear(4 * d_model, d_model, device=device, dtype=dtype, seed=int(seeds[2]))
+        drop_seeds = rng.integers(0, 2**62, 2)  # drawn after the weights' seeds: those stay as they were
+        self.attn_drop = Dropout(dropout, seed=int(drop_seeds[0]), device=device)
+        self.mlp_drop = Dropout(dropout, seed=int(drop_seeds[1]), device=device)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.proj(self.gelu(self.fc(self.ln2(x))))
+        x = x + self.attn_drop(self.attn(self.ln1(x)))
+        return x + self.mlp_drop(self.proj(self.gelu(self.fc(self.ln2(x)))))
 
 
 class _TiedProjection(Function):
@@ -194,11 +201,17 @@ class GPT(Module):
         if not isinstance(tie_weights, bool):
             raise TypeError(f"GPT: tie_weights must be True or False, got {tie_weights!r}")
         self.tie_weights = tie_weights
-        seeds = [int(s) for s in np.random.default_rng(seed).integers(0, 2**31, n_layer + 3)]
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"GPT: dropout must be a probability in [0, 1), got {dropout!r}")
+        self.dropout = float(dropout)
+        rng = np.random.default_rng(seed)
+        seeds = [int(s) for s in rng.integers(0, 2**31, n_layer + 3)]
         kw = {"device": device, "dtype": dtype}
         self.wte = Embedding(vocab_size, d_model, seed=seeds[0], std=d_model ** -0.5 if tie_weights else 1.0, **kw)
         self.wpe = Embedding(block_size, d_model, seed=seeds[1], **kw)
-        self.blocks = ModuleList(TransformerBlock(d_model, n_head, seed=seeds[3 + i], **kw) for i in range(n_layer))
+        self.drop = Dropout(self.dropout, seed=int(rng.integers(0, 2**62)), device=device)
+        self.blocks = ModuleList(TransformerBlock(d_model, n_head, seed=seeds[3 + i], dropout=self.dropout, **kw)
+                                 for i in range(n_layer))
         self.ln_f = LayerNorm(d_model, **kw)
         self.lm_head: Linear | TiedHead = (TiedHead(vocab_size, **kw) if tie_weights
                                            else Linear(d_model, vocab_size, seed=seeds[2], **kw))
@@ -213,6 +226,21 @@ class GPT(Module):
         if self.tie_weights:  # an untied model's config stays as it always was
             config["tie_weights"] = True
         return config
+
+    def optimizer_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """The parameters in two groups for AdamW, as nanoGPT and minGPT make them: the matrices of the Linear
+        layers decay by ``weight_decay``; biases, LayerNorm weights and the embedding tables (the tied head's
+        too) do not: decaying a gain or an offset towards 0 only fights the normalisation, and a token's row
+        gets gradients only when the token occurs, so decay would erase rare tokens."""
+        matrices = {id(m.weight) for m in self._linear_layers()}
+        decay = [p for p in self.parameters() if id(p) in matrices]
+        rest = [p for p in self.parameters() if id(p) not in matrices]
+        return [{"params": decay, "weight_decay": float(weight_decay)}, {"params": rest, "weight_decay": 0.0}]
+
+    def _linear_layers(self) -> list[Linear]:
+        layers = [layer for block in self.blocks
+                  for layer in (block.attn.c_attn, block.attn.c_proj, block.fc, block.proj)]
+        return layers + ([self.lm_head] if isinstance(self.lm_head, Linear) else [])
 
     def _positions(self, t: int) -> Tensor:
         device = self.wpe.weight.device
@@ -246,7 +274,7 @@ class GPT(Module):
         return self.lm_head(x)
 
     def forward(self, idx: Tensor) -> Tensor:
-        x = self._embed(idx)
+        x = self.drop(self._embed(idx))
         for block in self.blocks:
             x = block(x)
         return self._head(self.ln_f(x))                      # (B, T, vocab)
@@ -255,12 +283,13 @@ class GPT(Module):
         """The attention probabilities of every layer for idx (B, T): one host array (B, n_head, T, T) per
         layer, row t the weights query t gives keys 0..t (not recorded for autograd)."""
         with no_grad():
-            x = self._embed(idx)
+            x = self._embed(idx)                             # no dropout: the maps of the model itself
             maps = []
             for block in self.blocks:
                 _, saved = ops.attention(block.attn.c_attn(block.ln1(x)), self.n_head)
                 maps.append(saved[3].numpy().reshape(idx.shape[0], self.n_head, idx.shape[1], idx.shape[1]))
-                x = block(x)
+                x = block.eval()(x)
+                block.train(self.training)
         return maps
 
     def generate(self, idx: Any, n: int, temperature: float = 1.0, *, seed: int | None = None,
@@ -293,14 +322,19 @@ class GPT(Module):
         device = self.wte.weight.device
         rng = np.random.default_rng(seed)
         ids = ids.astype(INDEX)
-        with no_grad():
-            if use_cache and n:
-                return from_numpy(self._generate_cached(ids, n, temperature, rng), device)
-            for _ in range(n):
-                context = from_numpy(np.ascontiguousarray(ids[:, -self.block_size:]), device)
-                logits = self(context).numpy()[:, -1, :].astype(np.float64)
-                ids = np.concatenate([ids, sample_next(logits, temperature, rng)[:, None]], axis=1)
-        return from_numpy(ids, device)
+        training = self.training
+        self.eval()  # sampling never drops: the model's own predictions
+        try:
+            with no_grad():
+                if use_cache and n:
+                    return from_numpy(self._generate_cached(ids, n, temperature, rng), device)
+                for _ in range(n):
+                    context = from_numpy(np.ascontiguousarray(ids[:, -self.block_size:]), device)
+                    logits = self(context).numpy()[:, -1, :].astype(np.float64)
+                    ids = np.concatenate([ids, sample_next(logits, temperature, rng)[:, None]], axis=1)
+            return from_numpy(ids, device)
+        finally:
+            self.train(training)
 
     def _generate_cached(self, ids: np.ndarray, n: int, temperature: float, rng: np.random.Generator) -> np.ndarray:
         decoder = KVCacheDecoder(self, ids.shape[0])
