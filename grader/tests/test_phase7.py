@@ -1132,6 +1132,114 @@ def test_clip_kernels_any_grid(kernel):
         checks.assert_close(xd, x.astype(np.float64) * 0.5, rtol=0, what="scale_by launched with 3 blocks of 64")
 
 
+# ---------------------------------------------------------------- the recipe: dropout and the schedule (11b, 11c)
+
+DROPOUT = pytest.mark.kernel("recipe.cu", "dropout_apply")
+
+
+def dropout_case(n: int, p: float, seed: int, step: int, site: int, salt: object) -> tuple[np.ndarray, np.ndarray]:
+    """(x, the exact expected output): minitorch.philox's mask, x * float32(1 / (1 - p)) where kept."""
+    from minitorch import philox
+
+    x = checks.rng("dropout", n, p, salt).standard_normal(n).astype(np.float32)
+    keep = philox.uniform(n, seed, (step << 16) + site) >= np.float32(p)
+    return x, np.where(keep, x * np.float32(1.0 / (1.0 - p)), np.float32(0))
+
+
+def check_dropout(got: Any, want: np.ndarray, x: np.ndarray, p: float, what: str) -> None:
+    got = checks.to_host(got)
+    if np.array_equal(got, want):
+        return
+    kept = got != 0
+    bad = int(np.flatnonzero(got != want)[0])
+    note = ""
+    if np.isnan(got).any():
+        note = " (NaN: never written?)"
+    elif abs(kept.mean() - (1 - p)) < 0.05 and not np.array_equal(kept, want != 0):
+        note = (" (about the right fraction kept, but not Philox's elements: element i keeps its value when the "
+                "uniform of word i % 4 of the block for counter (i / 4, offset_lo, offset_hi, 0), key (seed_lo, "
+                "seed_hi), is >= p, offset = (step[0] << 16) + site)")
+    elif np.array_equal(kept, want != 0):
+        note = " (the right mask; the kept values are scaled by 1 / (1 - p), computed in float32)"
+    raise GradeError(f"{what}: element {bad} is {got[bad]!r}, expected {want[bad]!r} (x = {x[bad]!r}), bit for bit"
+                     f"{note}")
+
+
+@DROPOUT
+@pytest.mark.parametrize("n, p, seed, step, site", [(1, 0.5, 0, 1, 0), (1003, 0.1, 12345, 7, 3),
+                                                    (70001, 0.5, 2**40 + 3, 2**33 + 5, 65535)],
+                         ids=["n1", "n1003", "n70001-large-seed-and-step"])
+@pytest.mark.hint("keep element i when the Philox uniform of (seed, offset = (step[0] << 16) + site) is >= p: "
+                  "minitorch.philox.uniform(n, seed, offset) is the host reference, bit for bit; kept values "
+                  "times float32(1 / (1 - p)); the step read from device memory and recorded in step_used")
+def test_dropout_masks_are_philox_bit_for_bit(n, p, seed, step, site):
+    x, want = dropout_case(n, p, seed, step, site, "values")
+    out, used = checks.poison(n), checks.poison(1, np.int64)
+    xd, step_d = dev(x), dev(np.array([step], np.int64))
+    run(f"dropout_apply of {n} elements, p={p}", "recipe.cu", "dropout_apply",
+        partial(module("recipe.py").dropout_apply, xd, out, step_d, used, seed, site, p))
+    check_dropout(out, want, x, p, f"dropout_apply of {n} elements (p={p}, seed={seed}, step={step}, site={site})")
+    if int(checks.to_host(used)[0]) != step:
+        raise GradeError(f"dropout_apply: step_used holds {checks.to_host(used)[0]}, expected the step it read, "
+                         f"{step}: the backward regenerates the mask from it")
+
+
+@DROPOUT
+@pytest.mark.hint("the step comes from device memory (step[0]), never from the host: a captured step replays its "
+                  "launches, and dropout_advance must move every replay to new masks")
+def test_dropout_reads_its_step_on_the_device_and_advance_moves_it():
+    n, p, seed, site = 4099, 0.25, 77, 2
+    recipe = module("recipe.py")
+    step_d, used = dev(np.array([5], np.int64)), checks.poison(1, np.int64)
+    x = dropout_case(n, p, seed, 5, site, "advance")[0]
+    xd, out = dev(x), checks.poison(n)
+    run("dropout_advance", "recipe.cu", "dropout_advance", partial(recipe.dropout_advance, step_d))
+    if int(checks.to_host(step_d)[0]) != 6:
+        raise GradeError(f"dropout_advance: step[0] is {checks.to_host(step_d)[0]} after one launch from 5, "
+                         f"expected 6 (one thread adds 1)")
+    run("dropout_apply after dropout_advance", "recipe.cu", "dropout_apply",
+        partial(recipe.dropout_apply, xd, out, step_d, used, seed, site, p))
+    check_dropout(out, dropout_case(n, p, seed, 6, site, "advance")[1], x, p,
+                  "dropout_apply at the advanced step 6")
+
+
+@DROPOUT
+@pytest.mark.parametrize("grid, threads", [(1, 32), (3, 64), (500, 256)])
+@pytest.mark.hint("a grid-stride loop: any grid covers any n")
+def test_dropout_kernel_any_grid(grid, threads):
+    n, p, seed, step, site = 10007, 0.3, 5, 9, 1
+    x, want = dropout_case(n, p, seed, step, site, ("grid", grid))
+    out, used = checks.poison(n), checks.poison(1, np.int64)
+    k = kernels.load_kernel("recipe.cu", "dropout_apply")
+    xd, step_d = dev(x), dev(np.array([step], np.int64))
+    what = f"dropout_apply launched with {grid} blocks of {threads} threads for {n} elements"
+    launch_checked(what, lambda: k((grid,), (threads,), (xd, out, step_d, used, np.uint64(seed), np.int64(site),
+                                                         np.float32(p), np.float32(1 / (1 - p)), np.int64(n))))
+    with checks.grid_stride_advice(out, grid, threads):
+        check_dropout(out, want, x, p, what)
+
+
+@pytest.mark.kernel("recipe.cu", "lr_schedule")
+@pytest.mark.parametrize("t", [1, 3, 4, 5, 37, 100, 101, 500])
+@pytest.mark.hint("it = step[0] - 1: max_lr (it + 1) / (warmup + 1) while it < warmup; min_lr + (max_lr - min_lr) "
+                  "(1 + cos(pi r)) / 2, r = (it - warmup) / (total - warmup), up to total; min_lr after; then "
+                  "bias[0] /= lr, lr[0] = lr, decay[0] = 1 - lr * weight_decay")
+def test_lr_schedule_values(t):
+    from minitorch import optim
+
+    schedule = optim.WarmupCosine(max_lr=6e-4, min_lr=6e-5, warmup=4, total=100)
+    bias0 = np.array([0.19, 0.002], np.float32)
+    step_d, bias, rate, decay = dev(np.array([t], np.int64)), dev(bias0), checks.poison(1), checks.poison(1)
+    run(f"lr_schedule at step {t}", "recipe.cu", "lr_schedule",
+        partial(module("recipe.py").lr_schedule, step_d, bias, rate, decay, 0.1, schedule.max_lr, schedule.min_lr,
+                schedule.warmup, schedule.total))
+    lr = schedule.lr(t)
+    checks.assert_close(rate, [lr], rtol=1e-6, what=f"lr_schedule at step {t} (warmup 4, total 100): the rate")
+    checks.assert_close(bias, [float(bias0[0]) / lr, float(bias0[1])], rtol=2e-6,
+                        what=f"lr_schedule at step {t}: bias (bias[0] / lr; bias[1] untouched)")
+    checks.assert_close(decay, [1 - 0.1 * lr], rtol=1e-7, what=f"lr_schedule at step {t}: decay = 1 - lr * 0.1")
+
+
 # ---------------------------------------------------------------- a block, and a captured training step
 
 

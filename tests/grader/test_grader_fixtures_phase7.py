@@ -255,6 +255,15 @@ def test_online_softmax_without_its_guard_or_its_rescaling_is_rejected(tmp_path,
     assert check["result"] == "FAIL" and message in check["reason"], check
 
 
+def test_a_dropout_mask_that_is_not_philoxs_is_rejected(tmp_path):
+    """The right fraction of elements kept, but every element of a Philox block reads its first word."""
+    files = solution_sources()
+    files["recipe.cu"] = replace_once(files["recipe.cu"], "(words[i % 4] >> 9)", "(words[0] >> 9)")
+    report = grade(tmp_path, files, "-k", "test_dropout_masks_are_philox_bit_for_bit and n1003")
+    [check] = results(report, "test_dropout_masks_are_philox_bit_for_bit")
+    assert check["result"] == "FAIL" and "not Philox's elements" in check["reason"], check
+
+
 def _deliverable(report: dict) -> dict:
     [check] = results(report, "test_shakespeare_model_validation_loss")
     return check
