@@ -373,3 +373,33 @@ def phase7_profile(text_name: str = "phase7-profile-text") -> None:
             f"graph against graph, minitorch takes **{ours['captured_ms'] / theirs['captured_ms']:.2f}×** its "
             f"time. {after.provenance}")
     glue_md(text_name, "\n".join(text))
+
+
+# --------------------------------------------------------------------------------------
+# The reduced configuration on the emulator, with the lab's recipe (benchmarks/phase7_gpt.py --calibrate)
+# --------------------------------------------------------------------------------------
+
+REDUCED = "phase7_gpt_reduced"
+
+
+def phase7_reduced_recipe(text_name: str = "phase7-reduced-recipe-text") -> None:
+    """Glue the calibration of the reduced configuration: the lab's recipe from each seed, and the tied variant."""
+    res = latest(REDUCED)
+    rows = _rows(res, "reduced") if res is not None else []
+    if not rows:
+        glue_md(text_name, missing_md(REDUCED, f"{SCRIPT} --calibrate 0,1"))
+        return
+    losses = ", ".join(f"{r['val_loss']:.3f}" for r in rows)
+    seeds = ", ".join(str(r["seed"]) for r in rows)
+    recipe = f"the lab's recipe ends at {losses} from the seeds {seeds} on the grader's 256 windows"
+    if all("cpu_seconds" in r for r in rows):
+        recipe += (f", 300 steps of {rows[0]['launches']} launches in {min(r['cpu_seconds'] for r in rows):.0f} to "
+                   f"{max(r['cpu_seconds'] for r in rows):.0f} s of CPU time")
+    variants = _rows(res, "reduced_variant")
+    text = recipe
+    if variants:
+        v = variants[0]
+        same = next(r for r in rows if r["seed"] == v["seed"])
+        text = (f"from seed {v['seed']} a validation loss of {v['val_loss']:.3f} with the head "
+                f"{'tied' if v['tie_weights'] else 'untied'} against {same['val_loss']:.3f} without ({recipe})")
+    glue_md(text_name, f"{text} (`{res.path.name}`)")
