@@ -165,7 +165,6 @@ class Adam:
         name = type(self).__name__
         self.weight_decay = _check_real(name, "weight_decay", weight_decay, lambda x: x >= 0, ">= 0")
         self.param_groups = _parameter_groups(name, params, self.weight_decay)
-        self.params = [p for group in self.param_groups for p in group["params"]]
         self.lr = _check_real(name, "lr", lr, lambda x: x > 0, "> 0")
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ValueError(f"{name}: betas must be a pair (beta1, beta2), got {betas!r}")
@@ -190,6 +189,15 @@ class Adam:
         self._counter: _StepCounter | None = None
         if self.params[0].device != "cpu":
             self._counter = _StepCounter(self.params[0].device, 0)
+
+    @property
+    def params(self) -> list[Tensor]:
+        """Every parameter, the groups' in order."""
+        return [p for group in self.param_groups for p in group["params"]]
+
+    @params.setter
+    def params(self, params: list[Tensor]) -> None:  # one group, with the optimizer's weight_decay
+        self.param_groups = [{"params": list(params), "weight_decay": self.weight_decay}]
 
     @property
     def last_lr(self) -> float:
@@ -290,6 +298,8 @@ class Adam:
             self._host_step = step
         self.lr, self.betas = float(state["lr"]), tuple(state["betas"])  # type: ignore[arg-type]
         self.eps, self.weight_decay = float(state["eps"]), float(state["weight_decay"])  # type: ignore[arg-type]
+        if len(self.param_groups) == 1:  # the optimizer's own decay is its one group's (groups keep theirs)
+            self.param_groups[0]["weight_decay"] = self.weight_decay
 
 
 class _StepCounter:
