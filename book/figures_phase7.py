@@ -222,7 +222,22 @@ def phase7_step(fig_name: str = "fig-phase7-step", text_name: str = "phase7-step
         f"One replay of the captured step ({step['launches']} kernels) takes {fmt_time(ours)}; the same step "
         f"launched from Python takes {fmt_time(step['eager_seconds'])}. Against the same step in PyTorch: {race}."
         f" The fastest PyTorch here is {best[2]}, and our goal is at most 1.0× its time: we are at "
-        f"**{ours / best[1]:.2f}×**." + skipped + _whole_run(res)))
+        f"**{ours / best[1]:.2f}×**." + skipped + _whole_run(res) + _dropout_step(res)))
+
+
+def _dropout_step(res) -> str:
+    """The step with the head tied and dropout, both frameworks alike (the step_dropout row), when it was measured."""
+    rows = _rows(res, "step_dropout")
+    if not rows:
+        return ""
+    row = rows[0]
+    text = (f" With the head tied and dropout {row['dropout']:g} on the residual stream in both frameworks, the "
+            f"captured step ({row['launches']} kernels) takes {fmt_time(row['captured_seconds'])}, PyTorch eager "
+            f"{fmt_time(row['pytorch_seconds'])}")
+    if "pytorch_captured_seconds" in row:
+        text += (f" and PyTorch captured {fmt_time(row['pytorch_captured_seconds'])} (ours "
+                 f"**{row['captured_ratio']:.2f}×** its time)")
+    return text + "."
 
 
 def _whole_run(res) -> str:
