@@ -418,3 +418,23 @@ def phase7_reduced_recipe(text_name: str = "phase7-reduced-recipe-text") -> None
         text = (f"from seed {v['seed']} a validation loss of {v['val_loss']:.3f} with the head "
                 f"{'tied' if v['tie_weights'] else 'untied'} against {same['val_loss']:.3f} without ({recipe})")
     glue_md(text_name, f"{text} (`{res.path.name}`)")
+
+
+def phase7_gpu_recipe(text_name: str = "phase7-gpu-recipe-text") -> None:
+    """Glue what the GPU run's configuration says about tying, and where it ended, from the benchmark's file."""
+    res = _results()
+    config = {}
+    if res is not None:
+        import json
+
+        config = json.loads(res.path.read_text()).get("config", {})
+    if res is None or "tie_weights" not in config:
+        glue_md(text_name, "no GPU run of this recipe is committed yet")
+        return
+    [summary] = _rows(res, "summary")
+    bar = thresholds()["shakespeare_val_loss"]
+    glue_md(text_name, (
+        f"the committed GPU run of the full configuration (`{res.path.name}`) was made with the head "
+        f"{'tied' if config['tie_weights'] else 'untied'} and ended at a validation loss of "
+        f"{summary['val_loss']:.3f} (PyTorch, the same model from the same weights: "
+        f"{summary['pytorch_val_loss']:.3f}), against the bar of {bar}"))
