@@ -53,7 +53,7 @@ def load_saved_model() -> tuple[dict, dict[str, np.ndarray]]:
 
 
 def config_of(record: dict) -> dict[str, int]:
-    """The model's configuration; ``tie_weights`` (0 or 1) is 0 for a record written before tying existed."""
+    """The model's configuration; ``tie_weights`` is False for a record written before tying existed."""
     keys = ("vocab_size", "block_size", "d_model", "n_head", "n_layer")
     try:
         config = {k: int(record["config"][k]) for k in keys}
@@ -65,7 +65,7 @@ def config_of(record: dict) -> dict[str, int]:
     tied = record["config"].get("tie_weights", False)
     if not isinstance(tied, bool):
         raise GradeError(f"{RECORD_FILE}: config.tie_weights must be true or false (model.config), got {tied!r}")
-    config["tie_weights"] = int(tied)
+    config["tie_weights"] = tied  # a bool (an int to Python): the note shows True or False
     return config
 
 
