@@ -31,6 +31,7 @@ the lab's reduced configuration on the emulator from those seeds: the calibratio
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import gc
 import json
@@ -54,7 +55,20 @@ SMALL = dict(model=dict(d_model=32, n_head=2, n_layer=1, block_size=16),
 # The lab's configuration on the emulator (its bar: phase7.shakespeare_val_loss_reduced), for --calibrate.
 REDUCED = dict(model=dict(d_model=32, n_head=2, n_layer=1, block_size=16),
                train=dict(steps=300, batch_size=16, lr=1e-2))
-WEIGHT_DECAY, CLIP, SEED, EVAL_WINDOWS, SAMPLE_CHARS = 0.01, 1.0, 0, 256, 200
+WEIGHT_DECAY, CLIP, SEED, EVAL_WINDOWS, SAMPLE_CHARS = 0.1, 1.0, 0, 256, 200
+# nanoGPT's recipe, as the lab trains it: AdamW decaying only the Linear matrices, the rate warmed up over the first
+# tenth of the steps and decayed along a cosine to a tenth of its peak. The head is not tied (the lab's TIE: tying
+# cost the reduced model 0.5 nats); the curve runs without dropout (the lab's DROPOUT = 0: both frameworks then
+# follow one deterministic trajectory, checked below). The step is also timed with the head tied and dropout
+# TIMED_DROPOUT, both frameworks tying and dropping alike (the step_dropout row).
+TIE, DROPOUT, TIMED_DROPOUT = False, 0.0, 0.1
+
+
+def schedule_of(train_cfg: dict):
+    from minitorch import optim
+
+    return optim.WarmupCosine(max_lr=train_cfg["lr"], min_lr=train_cfg["lr"] / 10, warmup=train_cfg["steps"] // 10,
+                              total=train_cfg["steps"])
 LINE = "ROMEO:\nBut, soft! what light through yonder window breaks?\nIt is the east"
 
 
@@ -221,8 +235,10 @@ def attention_rows(device: str, small: bool) -> list[dict]:
 # ---------------------------------------------------------------- the GPT
 
 
-def torch_gpt(config: dict, vocab: int, device: str):
-    """The same GPT in PyTorch (its own modules, fused attention), parameters named as minitorch's."""
+def torch_gpt(config: dict, vocab: int, device: str, tie: bool = TIE, dropout: float = DROPOUT):
+    """The same GPT in PyTorch (its own modules, fused attention), parameters named as minitorch's: the head tied
+    to wte as nanoGPT ties it (lm_head.weight is wte.weight), dropout on the embeddings and both residual
+    branches, as minitorch's nn.GPT places it."""
     import torch
     import torch.nn.functional as TF  # noqa: N812
 
@@ -243,9 +259,11 @@ def torch_gpt(config: dict, vocab: int, device: str):
             self.ln1, self.attn, self.ln2 = torch.nn.LayerNorm(c), Attention(c, h), torch.nn.LayerNorm(c)
             self.fc, self.proj = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
 
+            self.attn_drop, self.mlp_drop = torch.nn.Dropout(dropout), torch.nn.Dropout(dropout)
+
         def forward(self, x):
-            x = x + self.attn(self.ln1(x))
-            return x + self.proj(TF.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+            x = x + self.attn_drop(self.attn(self.ln1(x)))
+            return x + self.mlp_drop(self.proj(TF.gelu(self.fc(self.ln2(x)), approximate="tanh")))
 
     class GPT(torch.nn.Module):
         def __init__(self) -> None:
@@ -254,9 +272,12 @@ def torch_gpt(config: dict, vocab: int, device: str):
             self.wte, self.wpe = torch.nn.Embedding(vocab, c), torch.nn.Embedding(config["block_size"], c)
             self.blocks = torch.nn.ModuleList(Block(c, config["n_head"]) for _ in range(config["n_layer"]))
             self.ln_f, self.lm_head = torch.nn.LayerNorm(c), torch.nn.Linear(c, vocab)
+            self.drop = torch.nn.Dropout(dropout)
+            if tie:  # one (vocab, C) table: nn.Linear keeps its weight as (out, in), the embedding's layout
+                self.lm_head.weight = self.wte.weight
 
         def forward(self, idx):
-            x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+            x = self.drop(self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device)))
             for block in self.blocks:
                 x = block(x)
             return self.lm_head(self.ln_f(x))
@@ -273,7 +294,26 @@ def load_weights(net, model) -> None:
         value = p.numpy()
         linear = value.ndim == 2 and not name.startswith(("wte.", "wpe."))
         state[name] = torch.from_numpy(np.ascontiguousarray(value.T if linear else value))
+    if model.tie_weights:  # PyTorch's state dict names the shared table twice
+        state["lm_head.weight"] = state["wte.weight"]
     net.load_state_dict(state, strict=True)  # every name and shape must match
+
+
+def torch_optimizer(net, model, train_cfg: dict, **kw):
+    """PyTorch's AdamW over the same two groups as minitorch's (model.optimizer_groups: the Linear matrices decay,
+    nothing else), and a LambdaLR giving step k the rate WarmupCosine gives minitorch's step k + 1."""
+    import torch
+
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed = {names[id(p)] for p in model.optimizer_groups(WEIGHT_DECAY)[0]["params"]}
+    params = dict(net.named_parameters())  # a tied table once, as wte.weight
+    groups = [{"params": [p for n, p in params.items() if n in decayed], "weight_decay": WEIGHT_DECAY},
+              {"params": [p for n, p in params.items() if n not in decayed], "weight_decay": 0.0}]
+    schedule = schedule_of(train_cfg)
+    # A float lr, as LambdaLR sets it: in a captured step the rate is frozen (PyTorch would need it on the device,
+    # as minitorch's lr_schedule keeps it); only the captured step is timed, never trained from
+    opt = torch.optim.AdamW(groups, lr=schedule.max_lr, **kw)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda k: schedule.lr(k + 1) / schedule.max_lr)
 
 
 def torch_captured(step) -> object:
@@ -293,7 +333,7 @@ def torch_captured(step) -> object:
     return captured
 
 
-def torch_compiled_step(net, lr: float, txb, tyb, vocab: int, device: str):
+def torch_compiled_step(net, model, train_cfg: dict, txb, tyb, vocab: int, device: str):
     """PyTorch's step with the model and its loss compiled by ``torch.compile`` (default mode: Inductor's fused
     kernels, no CUDA graph), AdamW and clipping as in the eager step, warmed up (the compilation happens in the first
     calls); or, where it cannot run, the reason as a string."""
@@ -302,7 +342,7 @@ def torch_compiled_step(net, lr: float, txb, tyb, vocab: int, device: str):
 
     if device != "cuda":
         return "the --small check runs PyTorch on the cpu: torch.compile is raced on the GPU only"
-    opt = torch.optim.AdamW(net.parameters(), lr=lr, weight_decay=WEIGHT_DECAY)
+    opt, sched = torch_optimizer(net, model, train_cfg)
 
     def loss_of(x, y):
         return TF.cross_entropy(net(x).view(-1, vocab), y.view(-1))
@@ -318,6 +358,7 @@ def torch_compiled_step(net, lr: float, txb, tyb, vocab: int, device: str):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)
         opt.step()
+        sched.step()
         return loss
 
     try:
@@ -389,11 +430,11 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     tdev = "cuda" if device == "cuda" else "cpu"
     time_of = timer(device)
 
-    model = nn.GPT(vocab, **model_cfg, seed=SEED)
+    model = nn.GPT(vocab, **model_cfg, seed=SEED, tie_weights=TIE, dropout=DROPOUT)
     net = torch_gpt(model_cfg, vocab, tdev)
     load_weights(net, model)
-    opt = optim.AdamW(model.parameters(), lr=train_cfg["lr"], weight_decay=WEIGHT_DECAY)
-    topt = torch.optim.AdamW(net.parameters(), lr=train_cfg["lr"], weight_decay=WEIGHT_DECAY)
+    opt = optim.AdamW(model.optimizer_groups(WEIGHT_DECAY), lr=train_cfg["lr"], schedule=schedule_of(train_cfg))
+    topt, tsched = torch_optimizer(net, model, train_cfg)
     xb, yb = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
     txb = torch.zeros((b, t), dtype=torch.long, device=tdev)
     tyb = torch.zeros((b, t), dtype=torch.long, device=tdev)
@@ -406,6 +447,7 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)
         topt.step()
+        tsched.step()
         return loss
 
     val_x, val_y = text.evaluation_windows(val_ids, t, EVAL_WINDOWS)
@@ -413,12 +455,18 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     tval_x, tval_y = torch.from_numpy(val_x.astype(np.int64)).to(tdev), torch.from_numpy(val_y.astype(np.int64)).to(tdev)
 
     def val_loss() -> float:
+        model.eval()
         with minitorch.no_grad():
-            return F.cross_entropy(model(val_xt).reshape(-1, vocab), val_yt).item()
+            loss = F.cross_entropy(model(val_xt).reshape(-1, vocab), val_yt).item()
+        model.train()
+        return loss
 
     def torch_val_loss() -> float:
+        net.eval()
         with torch.no_grad():
-            return TF.cross_entropy(net(tval_x).view(-1, vocab), tval_y.view(-1)).item()
+            loss = TF.cross_entropy(net(tval_x).view(-1, vocab), tval_y.view(-1)).item()
+        net.train()
+        return loss
 
     def sample() -> str:
         out = model.generate(tokenizer.encode("\n")[None, :], SAMPLE_CHARS, temperature=1.0, seed=SEED)
@@ -487,7 +535,7 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     row = {"kind": "step", "captured_seconds": captured_s, "eager_seconds": eager_s, "pytorch_seconds": torch_s,
            "ratio": captured_s / torch_s, "launches": captured.launches}
     if device == "cuda":  # PyTorch's step captured too (AdamW with capturable=True): graph against graph
-        copt = torch.optim.AdamW(net.parameters(), lr=train_cfg["lr"], weight_decay=WEIGHT_DECAY, capturable=True)
+        copt, csched = torch_optimizer(net, model, train_cfg, capturable=True)
 
         def captured_step():
             # gradients zeroed in place, not set to None: the graph keeps writing the same buffers (a backward
@@ -497,6 +545,7 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
             loss.backward()
             torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)
             copt.step()
+            csched.step()  # host work only, as in the eager step (the rate itself is frozen in the graph)
             return loss
 
         # the eager run's last loss holds its autograd graph, whose gradient accumulators belong to the default
@@ -508,7 +557,7 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
         row["captured_ratio"] = captured_s / row["pytorch_captured_seconds"]
     else:
         row["pytorch_captured_skipped"] = "torch.cuda.graph needs a GPU (the --small check runs PyTorch on the cpu)"
-    compiled = torch_compiled_step(net, train_cfg["lr"], txb, tyb, vocab, device)
+    compiled = torch_compiled_step(net, model, train_cfg, txb, tyb, vocab, device)
     if isinstance(compiled, str):
         row["pytorch_compiled_skipped"] = compiled
     else:
@@ -546,8 +595,63 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     print(f"{train_cfg['steps']} steps, evaluations included: minitorch val {ours['val_loss']:.3f} in "
           f"{ours_seconds:.1f} s, PyTorch val {theirs['val_loss']:.3f} in {torch_seconds:.1f} s "
           f"({ours_seconds / torch_seconds:.2f}x); minitorch's samples took {sampling:.1f} s more", flush=True)
+    rows.append(dropout_step_row(device, model_cfg, train_cfg, vocab, b, t, windows))
     return rows, {"vocab_size": vocab, **model_cfg, **train_cfg, "weight_decay": WEIGHT_DECAY, "clip": CLIP,
-                  "seed": SEED, "eval_windows": EVAL_WINDOWS, "torch": torch.__version__}
+                  "seed": SEED, "eval_windows": EVAL_WINDOWS, "torch": torch.__version__, "tie_weights": TIE,
+                  "dropout": DROPOUT, "timed_dropout": TIMED_DROPOUT,
+                  "schedule": dataclasses.asdict(schedule_of(train_cfg)), "decay": "Linear matrices only"}
+
+
+def dropout_step_row(device: str, model_cfg: dict, train_cfg: dict, vocab: int, b: int, t: int, windows) -> dict:
+    """The same step with the head tied and dropout TIMED_DROPOUT in both frameworks (new models from the same
+    weights; minitorch's masks from its Philox kernel, PyTorch's from its own generator, stored as a mask for its
+    backward): minitorch captured against PyTorch eager and captured, on one batch. Timed only: the curve runs
+    untied and without dropout."""
+    import torch
+    import torch.nn.functional as TF  # noqa: N812
+
+    import minitorch
+    from minitorch import graph, nn, optim
+
+    time_of = timer(device)
+    tdev = "cuda" if device == "cuda" else "cpu"
+    model = nn.GPT(vocab, **model_cfg, seed=SEED, tie_weights=True, dropout=TIMED_DROPOUT)
+    net = torch_gpt(model_cfg, vocab, tdev, tie=True, dropout=TIMED_DROPOUT)
+    load_weights(net, model)
+    opt = optim.AdamW(model.optimizer_groups(WEIGHT_DECAY), lr=train_cfg["lr"], schedule=schedule_of(train_cfg))
+    xb, yb = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
+    x, y = windows.sample()
+    xb.copy_from(x)
+    yb.copy_from(y)
+    txb = torch.from_numpy(x.astype(np.int64)).to(tdev)
+    tyb = torch.from_numpy(y.astype(np.int64)).to(tdev)
+    captured = graph.capture(minitorch_step(model, opt, xb, yb, vocab))
+    row = {"kind": "step_dropout", "dropout": TIMED_DROPOUT, "tie_weights": True,
+           "captured_seconds": time_of(captured.replay),
+           "launches": captured.launches}
+    topt, tsched = torch_optimizer(net, model, train_cfg, capturable=device == "cuda")
+
+    def torch_step():
+        loss = TF.cross_entropy(net(txb).view(-1, vocab), tyb.view(-1))
+        topt.zero_grad(set_to_none=device != "cuda")
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), CLIP)
+        topt.step()
+        tsched.step()
+        return loss
+
+    row["pytorch_seconds"] = time_of(torch_step)
+    if device == "cuda":
+        gc.collect()
+        theirs = torch_captured(torch_step)
+        row["pytorch_captured_seconds"] = time_of(theirs.replay)
+        row["captured_ratio"] = row["captured_seconds"] / row["pytorch_captured_seconds"]
+    row["ratio"] = row["captured_seconds"] / row["pytorch_seconds"]
+    print(f"one step, tied, with dropout {TIMED_DROPOUT}: captured {row['captured_seconds'] * 1e3:.3f} ms "
+          f"({captured.launches} launches); PyTorch eager {row['pytorch_seconds'] * 1e3:.3f} ms"
+          + (f", captured {row['pytorch_captured_seconds'] * 1e3:.3f} ms ({row['captured_ratio']:.2f}x)"
+             if "captured_ratio" in row else ""), flush=True)
+    return row
 
 
 def calibrate(seeds: list[int]) -> int:
@@ -564,10 +668,12 @@ def calibrate(seeds: list[int]) -> int:
     val_x, val_y = text.evaluation_windows(val_ids, t, EVAL_WINDOWS)
     val_xt, val_yt = minitorch.tensor(val_x, dtype="int32"), minitorch.tensor(val_y.reshape(-1), dtype="int32")
     rows = []
-    for seed in seeds:
-        start = time.perf_counter()
-        model = nn.GPT(vocab, **model_cfg, seed=seed)
-        opt = optim.AdamW(model.parameters(), lr=train_cfg["lr"], weight_decay=WEIGHT_DECAY)
+    # every seed with the lab's recipe; the first also with the head tied (the measurement behind the lab's TIE)
+    runs = [(seed, TIE) for seed in seeds] + [(seeds[0], not TIE)]
+    for seed, tie in runs:
+        start, cpu = time.perf_counter(), time.process_time()
+        model = nn.GPT(vocab, **model_cfg, seed=seed, tie_weights=tie, dropout=DROPOUT)
+        opt = optim.AdamW(model.optimizer_groups(WEIGHT_DECAY), lr=train_cfg["lr"], schedule=schedule_of(train_cfg))
         xb, yb = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
         captured = graph.capture(minitorch_step(model, opt, xb, yb, vocab))
         windows = text.RandomWindows(train_ids, t, b, seed=seed)
@@ -576,13 +682,17 @@ def calibrate(seeds: list[int]) -> int:
             xb.copy_from(x)
             yb.copy_from(y)
             captured.replay()
+        model.eval()
         with minitorch.no_grad():
             loss = F.cross_entropy(model(val_xt).reshape(-1, vocab), val_yt).item()
-        rows.append({"kind": "reduced", "seed": seed, "val_loss": loss, "seconds": time.perf_counter() - start})
-        print(f"reduced configuration, seed {seed}: validation loss {loss:.4f}", flush=True)
+        rows.append({"kind": "reduced" if tie == TIE else "reduced_variant", "seed": seed, "tie_weights": tie,
+                     "val_loss": loss, "seconds": time.perf_counter() - start,
+                     "cpu_seconds": time.process_time() - cpu, "launches": captured.launches})
+        print(f"reduced configuration, seed {seed}, tie_weights={tie}: validation loss {loss:.4f}", flush=True)
     device = minitorch.get_device()
     write_results("phase7_gpt_reduced", emulator_name() if device == "emu" else gpu_name(), rows,
-                  config=REDUCED, weight_decay=WEIGHT_DECAY, clip=CLIP, eval_windows=EVAL_WINDOWS)
+                  config=REDUCED, weight_decay=WEIGHT_DECAY, clip=CLIP, eval_windows=EVAL_WINDOWS, tie_weights=TIE,
+                  dropout=DROPOUT, schedule=dataclasses.asdict(schedule_of(train_cfg)))
     return 0
 
 

@@ -222,7 +222,22 @@ def phase7_step(fig_name: str = "fig-phase7-step", text_name: str = "phase7-step
         f"One replay of the captured step ({step['launches']} kernels) takes {fmt_time(ours)}; the same step "
         f"launched from Python takes {fmt_time(step['eager_seconds'])}. Against the same step in PyTorch: {race}."
         f" The fastest PyTorch here is {best[2]}, and our goal is at most 1.0× its time: we are at "
-        f"**{ours / best[1]:.2f}×**." + skipped + _whole_run(res)))
+        f"**{ours / best[1]:.2f}×**." + skipped + _whole_run(res) + _dropout_step(res)))
+
+
+def _dropout_step(res) -> str:
+    """The step with the head tied and dropout, both frameworks alike (the step_dropout row), when it was measured."""
+    rows = _rows(res, "step_dropout")
+    if not rows:
+        return ""
+    row = rows[0]
+    text = (f" With the head tied and dropout {row['dropout']:g} on the residual stream in both frameworks, the "
+            f"captured step ({row['launches']} kernels) takes {fmt_time(row['captured_seconds'])}, PyTorch eager "
+            f"{fmt_time(row['pytorch_seconds'])}")
+    if "pytorch_captured_seconds" in row:
+        text += (f" and PyTorch captured {fmt_time(row['pytorch_captured_seconds'])} (ours "
+                 f"**{row['captured_ratio']:.2f}×** its time)")
+    return text + "."
 
 
 def _whole_run(res) -> str:
@@ -373,3 +388,53 @@ def phase7_profile(text_name: str = "phase7-profile-text") -> None:
             f"graph against graph, minitorch takes **{ours['captured_ms'] / theirs['captured_ms']:.2f}×** its "
             f"time. {after.provenance}")
     glue_md(text_name, "\n".join(text))
+
+
+# --------------------------------------------------------------------------------------
+# The reduced configuration on the emulator, with the lab's recipe (benchmarks/phase7_gpt.py --calibrate)
+# --------------------------------------------------------------------------------------
+
+REDUCED = "phase7_gpt_reduced"
+
+
+def phase7_reduced_recipe(text_name: str = "phase7-reduced-recipe-text") -> None:
+    """Glue the calibration of the reduced configuration: the lab's recipe from each seed, and the tied variant."""
+    res = latest(REDUCED)
+    rows = _rows(res, "reduced") if res is not None else []
+    if not rows:
+        glue_md(text_name, missing_md(REDUCED, f"{SCRIPT} --calibrate 0,1"))
+        return
+    losses = ", ".join(f"{r['val_loss']:.3f}" for r in rows)
+    seeds = ", ".join(str(r["seed"]) for r in rows)
+    recipe = f"the lab's recipe ends at {losses} from the seeds {seeds} on the grader's 256 windows"
+    if all("cpu_seconds" in r for r in rows):
+        recipe += (f", 300 steps of {rows[0]['launches']} launches in {min(r['cpu_seconds'] for r in rows):.0f} to "
+                   f"{max(r['cpu_seconds'] for r in rows):.0f} s of CPU time")
+    variants = _rows(res, "reduced_variant")
+    text = recipe
+    if variants:
+        v = variants[0]
+        same = next(r for r in rows if r["seed"] == v["seed"])
+        text = (f"from seed {v['seed']} a validation loss of {v['val_loss']:.3f} with the head "
+                f"{'tied' if v['tie_weights'] else 'untied'} against {same['val_loss']:.3f} without ({recipe})")
+    glue_md(text_name, f"{text} (`{res.path.name}`)")
+
+
+def phase7_gpu_recipe(text_name: str = "phase7-gpu-recipe-text") -> None:
+    """Glue what the GPU run's configuration says about tying, and where it ended, from the benchmark's file."""
+    res = _results()
+    config = {}
+    if res is not None:
+        import json
+
+        config = json.loads(res.path.read_text()).get("config", {})
+    if res is None or "tie_weights" not in config:
+        glue_md(text_name, "no GPU run of this recipe is committed yet")
+        return
+    [summary] = _rows(res, "summary")
+    bar = thresholds()["shakespeare_val_loss"]
+    glue_md(text_name, (
+        f"the committed GPU run of the full configuration (`{res.path.name}`) was made with the head "
+        f"{'tied' if config['tie_weights'] else 'untied'} and ended at a validation loss of "
+        f"{summary['val_loss']:.3f} (PyTorch, the same model from the same weights: "
+        f"{summary['pytorch_val_loss']:.3f}), against the bar of {bar}"))

@@ -70,7 +70,8 @@ PHASES: dict[str, Phase] = _chain(
     ("phase7", "Transformers and Tiny Shakespeare GPT", dict(
         lab="phase7_gpt", tests=("test_phase7.py", "test_phase7_gpt.py"),
         learner_files=("gelu.cu", "gelu.py", "layernorm.cu", "layernorm.py", "embedding.cu", "embedding.py",
-                       "attention.cu", "attention.py", "clip.cu", "clip.py"))),
+                       "attention.cu", "attention.py", "online_softmax.cu", "clip.cu", "clip.py", "recipe.cu",
+                       "recipe.py"))),
     ("phase8a", "Tensor cores (16-bit conversions, the HGEMM ladder, mixed precision)", dict(
         lab="phase8a_tensor_cores", tests="test_phase8a.py",
         learner_files=("convert.cu", "convert.py", "hgemm.cu", "hgemm.py"))),

@@ -92,8 +92,11 @@ KERNEL_FILES: dict[str, LearnerFile] = {
         ("embedding.py", "Exercise 6: launching the embedding kernels"),
         ("attention.cu", "Exercise 7: attention kernels"),
         ("attention.py", "Exercise 8: launching the attention kernels"),
+        ("online_softmax.cu", "Exercise 9b: the online softmax"),
         ("clip.cu", "Exercise 10: clipping kernels"),
-        ("clip.py", "Exercise 11: launching the clipping kernels"))},
+        ("clip.py", "Exercise 11: launching the clipping kernels"),
+        ("recipe.cu", "Exercise 11b: dropout and the schedule"),
+        ("recipe.py", "Exercise 11c: launching them"))},
     **{name: LearnerFile("phase8a", "labs/phase8a_tensor_cores.ipynb", cell) for name, cell in (
         ("convert.cu", "Exercise 1: conversions"),
         ("convert.py", "Exercise 2: launching the conversions"),

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -13,7 +15,7 @@ from minitorch import backend, ops
 from minitorch.ops.dispatch import launch
 from minitorch.tensor import Tensor
 
-__all__ = ["SGD", "Adam", "AdamW", "clip_grad_norm_"]
+__all__ = ["SGD", "Adam", "AdamW", "WarmupCosine", "clip_grad_norm_"]
 
 
 class SGD:
@@ -61,6 +63,29 @@ class SGD:
             ops.sgd_momentum_(p, p.grad, v, self.lr, self.momentum)
 
 
+def _parameter_groups(name: str, params: Iterable[Any], weight_decay: float) -> list[dict[str, Any]]:
+    """[{"params": [tensors], "weight_decay": float}, ...] from a list of tensors (one group) or of dicts."""
+    items = list(params)
+    if not items or not all(isinstance(g, dict) for g in items):
+        return [{"params": _check_params(name, items), "weight_decay": weight_decay}]
+    groups, seen = [], set()
+    for i, g in enumerate(items):
+        unknown = set(g) - {"params", "weight_decay"}
+        if "params" not in g or unknown:
+            raise ValueError(f"{name}: parameter group {i} must hold 'params' (and may hold 'weight_decay'); got "
+                             f"the keys {sorted(g)}")
+        ps = _check_params(f"{name} (group {i})", g["params"])
+        twice = [p.shape for p in ps if id(p) in seen]
+        if twice:
+            raise ValueError(f"{name}: parameter group {i} repeats parameters of an earlier group (shapes {twice}): "
+                             f"each parameter belongs to one group")
+        seen.update(id(p) for p in ps)
+        wd = _check_real(name, f"weight_decay of group {i}", g.get("weight_decay", weight_decay),
+                         lambda x: x >= 0, ">= 0")
+        groups.append({"params": ps, "weight_decay": wd})
+    return groups
+
+
 def _check_params(name: str, params: Iterable[Tensor]) -> list[Tensor]:
     params = list(params)
     if not params:
@@ -79,6 +104,37 @@ def _check_real(opt: str, name: str, value: float, ok: Callable[[float], bool], 
     return float(value)
 
 
+@dataclass(frozen=True)
+class WarmupCosine:
+    """nanoGPT's learning-rate schedule, by Adam's step t (1 for the first step), it = t - 1: a linear warmup,
+    max_lr (it + 1) / (warmup + 1) while it < warmup; then a cosine from max_lr to min_lr over the steps up to
+    ``total``; min_lr after. On cuda/emu the rate is computed on the device every step (the learner's
+    ``lr_schedule`` kernel, Phase 7's ``recipe.cu``): a captured step replays a new rate each time."""
+
+    max_lr: float
+    min_lr: float
+    warmup: int
+    total: int
+
+    def __post_init__(self) -> None:
+        if not (self.max_lr > 0 and 0 <= self.min_lr <= self.max_lr and math.isfinite(self.max_lr)):
+            raise ValueError(f"WarmupCosine: needs max_lr > 0 and 0 <= min_lr <= max_lr, got max_lr={self.max_lr!r}, "
+                             f"min_lr={self.min_lr!r}")
+        ints = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in (self.warmup, self.total))
+        if not ints or not 0 <= self.warmup < self.total:
+            raise ValueError(f"WarmupCosine: needs integers 0 <= warmup < total, got warmup={self.warmup!r}, "
+                             f"total={self.total!r}")
+
+    def lr(self, step: int) -> float:
+        """The rate of step ``step`` (1-based), in float64 from the float32 rates the kernel receives."""
+        hi, lo, it = float(np.float32(self.max_lr)), float(np.float32(self.min_lr)), step - 1
+        if it < self.warmup:
+            return hi * (it + 1) / (self.warmup + 1)
+        if it >= self.total:
+            return lo
+        return lo + 0.5 * (hi - lo) * (1.0 + math.cos(math.pi * (it - self.warmup) / (self.total - self.warmup)))
+
+
 class Adam:
     """Adam (Kingma & Ba), as ``torch.optim.Adam``; ``weight_decay`` is an L2 term added to the gradient:
 
@@ -90,21 +146,39 @@ class Adam:
     in device memory, so that a captured step replays exactly) and one launch of the fused
     ``adam_update`` kernel per parameter; on cpu the same formula runs in NumPy. ``state_dict()``
     holds the step count and m, v.
+
+    ``params`` may be parameter groups, as PyTorch's: ``[{"params": [...], "weight_decay": 0.1},
+    {"params": [...], "weight_decay": 0.0}]`` (a group without ``weight_decay`` takes the argument's).
+    ``schedule``: a :class:`WarmupCosine` whose rate replaces ``lr`` at every step (decoupled weight decay
+    only, AdamW; the decaying groups must share one weight_decay). On cuda/emu the learner's
+    ``lr_schedule`` kernel computes it on the device, divides the first bias correction by it and writes
+    1 - rate * weight_decay; ``scale_by`` (clip.cu) applies that decay to the decaying groups' weights
+    and ``adam_update`` runs with lr 1 and no decay of its own: the same update, with the rate read from
+    device memory.
     """
 
     decoupled = False
 
-    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0) -> None:
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0, *,
+                 schedule: WarmupCosine | None = None) -> None:
         name = type(self).__name__
-        self.params = _check_params(name, params)
+        self.weight_decay = _check_real(name, "weight_decay", weight_decay, lambda x: x >= 0, ">= 0")
+        self.param_groups = _parameter_groups(name, params, self.weight_decay)
         self.lr = _check_real(name, "lr", lr, lambda x: x > 0, "> 0")
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise ValueError(f"{name}: betas must be a pair (beta1, beta2), got {betas!r}")
         self.betas = tuple(_check_real(name, f"beta{i + 1}", b, lambda x: 0 <= x < 1, "in [0, 1)")
                            for i, b in enumerate(betas))
         self.eps = _check_real(name, "eps", eps, lambda x: x > 0, "> 0")
-        self.weight_decay = _check_real(name, "weight_decay", weight_decay, lambda x: x >= 0, ">= 0")
+        if schedule is not None and not isinstance(schedule, WarmupCosine):
+            raise TypeError(f"{name}: schedule must be a minitorch.optim.WarmupCosine, got {type(schedule).__name__}")
+        decays = sorted({g["weight_decay"] for g in self.param_groups} - {0.0})
+        if schedule is not None and (not self.decoupled and decays or len(decays) > 1):
+            raise ValueError(f"{name}: a schedule takes decoupled weight decay (AdamW) with one weight_decay for "
+                             f"every decaying group; the groups have {decays}")
+        self.schedule = schedule
+        self._scheduled_decay = decays[0] if decays else 0.0
         self.m: dict[int, Tensor] = {id(p): SGD._zeros_like(p) for p in self.params}
         self.v: dict[int, Tensor] = {id(p): SGD._zeros_like(p) for p in self.params}
         # On cuda/emu the step count t and the bias corrections 1 - beta**t live in device memory,
@@ -115,6 +189,24 @@ class Adam:
         self._counter: _StepCounter | None = None
         if self.params[0].device != "cpu":
             self._counter = _StepCounter(self.params[0].device, 0)
+
+    @property
+    def params(self) -> list[Tensor]:
+        """Every parameter, the groups' in order."""
+        return [p for group in self.param_groups for p in group["params"]]
+
+    @params.setter
+    def params(self, params: list[Tensor]) -> None:  # one group, with the optimizer's weight_decay
+        self.param_groups = [{"params": list(params), "weight_decay": self.weight_decay}]
+
+    @property
+    def last_lr(self) -> float:
+        """The rate of the latest step (the schedule's; read from the device when scheduled there)."""
+        if self.schedule is None:
+            return self.lr
+        if self._counter is not None:
+            return float(backend.get_backend(self._counter.device).asnumpy(self._counter.rate)[0])
+        return self.schedule.lr(max(self._host_step, 1))
 
     @property
     def step_count(self) -> int:
@@ -141,7 +233,19 @@ class Adam:
                 self._counter = _StepCounter(device, self.step_count)
             launch(device, "adam.py", "adam_step", self._counter.step, self._counter.bias, beta1, beta2,
                    outputs=())
-        for p in self.params:
+            if self.schedule is not None:
+                sch = self.schedule
+                launch(device, "recipe.py", "lr_schedule", self._counter.step, self._counter.bias,
+                       self._counter.rate, self._counter.decay, self._scheduled_decay, sch.max_lr, sch.min_lr,
+                       sch.warmup, sch.total, outputs=())
+        for group in self.param_groups:
+            self._update_group(device, group["params"], group["weight_decay"])
+
+    def _update_group(self, device: str, params: list[Tensor], weight_decay: float) -> None:
+        beta1, beta2 = self.betas
+        scheduled = self.schedule is not None
+        lr = self.schedule.lr(self._host_step) if scheduled and device == "cpu" else self.lr
+        for p in params:
             if p.grad is None:
                 continue
             m, v = self.m[id(p)], self.v[id(p)]
@@ -149,11 +253,18 @@ class Adam:
                 m = self.m[id(p)] = Tensor(backend.get_backend(p.device).asarray(m.numpy()), p.device)
                 v = self.v[id(p)] = Tensor(backend.get_backend(p.device).asarray(v.numpy()), p.device)
             if device == "cpu":
-                _adam_numpy(p.data, p.grad.data, m.data, v.data, self.lr, beta1, beta2, self.eps,
-                            self.weight_decay, self._host_step, self.decoupled)
-            elif p.size:
+                _adam_numpy(p.data, p.grad.data, m.data, v.data, lr, beta1, beta2, self.eps,
+                            weight_decay, self._host_step, self.decoupled)
+            elif not p.size:
+                continue
+            elif scheduled:  # the rate and the decay come from the device (lr_schedule)
+                if weight_decay:
+                    launch(device, "clip.py", "scale_by", p.data, self._counter.decay, outputs=())
                 launch(device, "adam.py", "adam_update", p.data, p.grad.data, m.data, v.data,
-                       self._counter.bias, self.lr, beta1, beta2, self.eps, self.weight_decay,
+                       self._counter.bias, 1.0, beta1, beta2, self.eps, 0.0, self.decoupled, outputs=())
+            else:
+                launch(device, "adam.py", "adam_update", p.data, p.grad.data, m.data, v.data,
+                       self._counter.bias, self.lr, beta1, beta2, self.eps, weight_decay,
                        self.decoupled, outputs=())
 
     def state_dict(self) -> dict[str, object]:
@@ -187,6 +298,8 @@ class Adam:
             self._host_step = step
         self.lr, self.betas = float(state["lr"]), tuple(state["betas"])  # type: ignore[arg-type]
         self.eps, self.weight_decay = float(state["eps"]), float(state["weight_decay"])  # type: ignore[arg-type]
+        if len(self.param_groups) == 1:  # the optimizer's own decay is its one group's (groups keep theirs)
+            self.param_groups[0]["weight_decay"] = self.weight_decay
 
 
 class _StepCounter:
@@ -197,6 +310,8 @@ class _StepCounter:
         self.device = device
         self.step = target.asarray(np.array([step], np.int64))
         self.bias = target.zeros((2,), np.float32)  # written by adam_step before any update reads it
+        self.rate = target.zeros((1,), np.float32)  # a schedule's rate and decay factor (lr_schedule)
+        self.decay = target.zeros((1,), np.float32)
 
     def read(self) -> int:
         return int(backend.get_backend(self.device).asnumpy(self.step)[0])
@@ -211,9 +326,10 @@ class AdamW(Adam):
 
     decoupled = True
 
-    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay)
+    def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2, *,
+                 schedule: WarmupCosine | None = None) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, schedule=schedule)
 
 
 def _adam_numpy(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, lr: float, beta1: float,

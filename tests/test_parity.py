@@ -467,8 +467,60 @@ def _philox(function: str):
     return case
 
 
+def _recipe(function: str):
+    """Phase 7's online softmax and recipe.cu on inputs whose results are exact on both devices: softmax rows of 0
+    and -inf (probabilities 1/count, sums count, maxima 0 or -inf), dropout with p = 1/2 (scale 2) against
+    minitorch.philox, and the schedule's warmup (divisions only, correctly rounded; a weight decay of 1/2)."""
+    def case(n: int, rng: np.random.Generator):
+        from minitorch import philox
+
+        if function == "online_softmax":
+            rows, cols = n % 37 + 1, n % 45 + 1
+            x = np.where(rng.integers(0, 3, (rows, cols)) > 0, 0.0, -np.inf).astype(np.float32)
+            x[rows // 2] = -np.inf  # nothing visible: zeros, max -inf, sum 0
+            out = backend.asarray(np.full((rows, cols), np.nan, np.float32))
+            m, total = backend.asarray(np.full(rows, np.nan, np.float32)), backend.asarray(np.full(rows, np.nan,
+                                                                                                   np.float32))
+            kernels.load_kernel("online_softmax.cu", function)(((rows + 3) // 4,), (128,), (
+                backend.asarray(x), out, m, total, np.int32(rows), np.int32(cols)))
+            count = (x == 0).sum(axis=1, keepdims=True).astype(np.float32)
+            probs = np.where(x == 0, np.float32(1) / np.maximum(count, 1), np.float32(0))
+            want_m = np.where(count[:, 0] > 0, 0.0, -np.inf)
+            got = np.concatenate([backend.asnumpy(out).ravel(), backend.asnumpy(m), backend.asnumpy(total)])
+            return got, np.concatenate([probs.ravel(), want_m, count[:, 0]]).astype(np.float64)
+        if function == "dropout_apply":
+            seed, step, site = int(rng.integers(2**63)), int(rng.integers(2**40)), int(rng.integers(2**16))
+            x = rng.integers(-64, 65, n).astype(np.float32)
+            out, used = backend.asarray(np.full(n, np.nan, np.float32)), backend.asarray(np.zeros(1, np.int64))
+            kernels.load_kernel("recipe.cu", function)((5,), (64,), (
+                backend.asarray(x), out, backend.asarray(np.array([step], np.int64)), used, np.uint64(seed),
+                np.int64(site), np.float32(0.5), np.float32(2.0), np.int64(n)))
+            keep = philox.uniform(n, seed, (step << 16) + site) >= np.float32(0.5)
+            got = np.concatenate([backend.asnumpy(out).astype(np.float64), backend.asnumpy(used).astype(np.float64)])
+            return got, np.concatenate([np.where(keep, 2.0 * x, 0.0), [float(step)]])
+        if function == "dropout_advance":
+            step = backend.asarray(np.array([n], np.int64))
+            kernels.load_kernel("recipe.cu", function)((1,), (1,), (step,))
+            return backend.asnumpy(step), np.array([n + 1], np.float64)
+        if function == "lr_schedule":
+            warmup, t = n % 97 + 1, n % 97 + 1  # it = t - 1 < warmup: the linear warmup
+            max_lr, bias0 = np.float32(3e-3), np.float32(0.1875)
+            bias, rate, decay = (backend.asarray(np.array(v, np.float32)) for v in ([bias0, 0.5], [np.nan], [np.nan]))
+            kernels.load_kernel("recipe.cu", function)((1,), (1,), (
+                backend.asarray(np.array([t], np.int64)), bias, rate, decay, np.float32(0.5), max_lr,
+                np.float32(3e-4), np.int64(warmup), np.int64(warmup + 100)))
+            r = float(max_lr) * t / (warmup + 1)
+            want = [np.float32(float(bias0) / r), 0.5, np.float32(r), np.float32(1.0 - r * 0.5)]
+            got = np.concatenate([backend.asnumpy(bias), backend.asnumpy(rate), backend.asnumpy(decay)])
+            return got, np.array(want, np.float64)
+        raise AssertionError(function)
+    return case
+
+
 CASES.update({("adam.cu", f): _adam(f) for f in ("adam_step", "adam_update")})
 CASES.update({("init.cu", f): _philox(f) for f in ("philox_uniform", "philox_normal")})
+CASES.update({("online_softmax.cu", "online_softmax"): _recipe("online_softmax")})
+CASES.update({("recipe.cu", f): _recipe(f) for f in ("dropout_apply", "dropout_advance", "lr_schedule")})
 
 @pytest.fixture
 def solution_workspace(workspace):

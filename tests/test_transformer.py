@@ -347,3 +347,202 @@ def test_gpt_on_cuda_matches_float64_and_its_captured_step_replays_eager_steps(s
     # are the strict check; the weights must agree to well under one step of lr = 3e-2.
     for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
         np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-3, atol=2e-3)
+
+
+# ---------------------------------------------------------------- weight tying
+
+
+def test_a_tied_gpt_matches_finite_differences_and_shares_one_table(solutions):
+    model = nn.GPT(7, 6, d_model=8, n_head=2, n_layer=1, device="cpu", dtype="float64", seed=0, tie_weights=True)
+    names = [name for name, _ in model.named_parameters()]
+    assert "lm_head.weight" not in names and "lm_head.bias" in names and names.count("wte.weight") == 1
+    assert model.config["tie_weights"] is True
+    idx = ids(np.random.default_rng(0).integers(0, 7, (2, 5)))
+    assert max(gradcheck(lambda *ps: model(idx), list(model.parameters()))) < 1e-6
+
+
+def test_a_tied_table_gets_the_sum_of_both_gradients(solutions):
+    """The table's gradient is the embedding's scatter-add plus the head's dyᵀ·x: each alone is wrong."""
+    model = nn.GPT(7, 6, d_model=8, n_head=2, n_layer=1, device="cpu", dtype="float64", seed=2, tie_weights=True)
+    idx = ids(np.random.default_rng(1).integers(0, 7, (2, 6)))
+    g = np.random.default_rng(2).standard_normal((2, 6, 7))
+    model(idx).backward(minitorch.tensor(g, device="cpu", dtype="float64"))
+    total = model.wte.weight.grad.numpy()
+    # the head's share, from the input of the head (ln_f's output) recomputed on the host
+    with minitorch.no_grad():
+        x = model._embed(idx)
+        for block in model.blocks:
+            x = block(x)
+        h = model.ln_f(x).numpy().reshape(-1, 8)
+    head_share = g.reshape(-1, 7).T @ h
+    assert np.abs(total - head_share).max() > 1e-3  # the embedding's share is not nothing
+    np.testing.assert_allclose(model.lm_head.bias.grad.numpy(), g.sum(axis=(0, 1)), rtol=1e-12)
+
+
+def test_a_tied_gpt_on_the_emulator_matches_float64(solutions):
+    config = dict(vocab_size=13, block_size=9, d_model=16, n_head=2, n_layer=1, seed=3, tie_weights=True)
+    emu, ref = nn.GPT(**config, device="emu"), nn.GPT(**config, device="cpu", dtype="float64")
+    x = np.random.default_rng(0).integers(0, 13, (3, 9))
+    got, want = emu(ids(x, "emu")), ref(ids(x))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+    g = np.random.default_rng(1).standard_normal(want.shape)
+    got.backward(minitorch.tensor(g.astype(np.float32), device="emu"))
+    want.backward(minitorch.tensor(g, device="cpu", dtype="float64"))
+    for (name, p), (_, q) in zip(emu.named_parameters(), ref.named_parameters(), strict=True):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=name)
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied (older saved models)", "tied"])
+def test_the_graders_float64_forward_reads_tied_and_untied_models(tied):
+    """grader/tests/test_phase7_gpt.py's own NumPy forward gives the model's float64 logits from its state dict,
+    whether the head is tied (no lm_head.weight) or not (records without tie_weights)."""
+    from grader.checks import GradeError
+    from grader.tests import test_phase7_gpt as deliverable
+
+    model = nn.GPT(11, 8, d_model=16, n_head=2, n_layer=2, device="cpu", dtype="float64", seed=4, tie_weights=tied)
+    assert ("tie_weights" in model.config) == tied  # an untied model's record is what it always was
+    config = deliverable.config_of({"config": model.config})
+    params = {k: np.asarray(v, np.float64) for k, v in model.state_dict().items()}
+    deliverable.check_parameters(config, params)
+    x = np.random.default_rng(5).integers(0, 11, (3, 8))
+    np.testing.assert_allclose(deliverable.logits_of(params, config, x), model(ids(x)).numpy(), rtol=1e-10, atol=1e-12)
+    if tied:  # a record that says tied beside a file with a head of its own is refused, not guessed
+        with pytest.raises(GradeError, match="says the head is tied"):
+            deliverable.check_parameters(config, {**params, "lm_head.weight": np.zeros((16, 11))})
+    else:
+        with pytest.raises(GradeError, match="lacks lm_head.weight"):
+            deliverable.check_parameters(config, {k: v for k, v in params.items() if k != "lm_head.weight"})
+
+
+# ---------------------------------------------------------------- dropout
+
+
+def test_dropout_is_philox_bit_for_bit_on_the_emulator_and_regenerates_its_mask(solutions):
+    from minitorch import philox
+
+    x = np.random.default_rng(3).standard_normal((7, 143)).astype(np.float32)
+    layers = {d: nn.Dropout(0.3, seed=99, device=d) for d in ("cpu", "emu")}
+    outs, grads = {}, {}
+    for d, layer in layers.items():
+        xt = minitorch.tensor(x, device=d, requires_grad=True)
+        first = layer(xt)
+        second = layer(minitorch.tensor(x, device=d))  # a second forward before the first's backward
+        first.backward(minitorch.tensor(np.ones_like(x), device=d))
+        outs[d], grads[d] = (first.numpy(), second.numpy()), xt.grad.numpy()
+        assert layer.steps == 2
+    keep = [philox.uniform(x.size, 99, step << 16).reshape(x.shape) >= np.float32(0.3) for step in (1, 2)]
+    scale = np.float32(1 / 0.7)
+    for d in layers:
+        for out, k in zip(outs[d], keep, strict=True):
+            np.testing.assert_array_equal(out, np.where(k, x * scale, np.float32(0)), err_msg=d)
+        np.testing.assert_array_equal(grads[d], np.where(keep[0], scale, np.float32(0)), err_msg=d)
+    assert 0.6 < keep[0].mean() < 0.8 and not np.array_equal(keep[0], keep[1])
+    layer = layers["emu"].eval()
+    xt = minitorch.tensor(x, device="emu")
+    assert layer(xt) is xt and layer.steps == 2  # eval: the identity, no draw
+
+
+def test_a_gpt_with_dropout_on_the_emulator_matches_float64_with_the_same_masks(solutions):
+    """The cpu path draws the masks from minitorch.philox, the emulator from the learner's kernel: the same
+    model trained one step on each agrees, and switching to eval removes the dropout."""
+    config = dict(vocab_size=13, block_size=9, d_model=16, n_head=2, n_layer=1, seed=3, dropout=0.25,
+                  tie_weights=True)
+    emu, ref = nn.GPT(**config, device="emu"), nn.GPT(**config, device="cpu", dtype="float64")
+    x = np.random.default_rng(0).integers(0, 13, (3, 9))
+    got, want = emu(ids(x, "emu")), ref(ids(x))
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-5)
+    g = np.random.default_rng(1).standard_normal(want.shape)
+    got.backward(minitorch.tensor(g.astype(np.float32), device="emu"))
+    want.backward(minitorch.tensor(g, device="cpu", dtype="float64"))
+    for (name, p), (_, q) in zip(emu.named_parameters(), ref.named_parameters(), strict=True):
+        np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-3, atol=1e-4, err_msg=name)
+    plain = nn.GPT(**{**config, "dropout": 0.0}, device="cpu", dtype="float64")
+    assert not np.allclose(want.numpy(), plain(ids(x)).numpy())  # dropout did something
+    np.testing.assert_allclose(ref.eval()(ids(x)).numpy(), plain(ids(x)).numpy(), rtol=1e-12)
+
+
+# ---------------------------------------------------------------- parameter groups and the schedule
+
+
+def adamw_reference(params, grads_per_step, groups, schedule, betas=(0.9, 0.999), eps=1e-8):
+    """torch.optim.AdamW with LambdaLR, in float64 NumPy: decay p *= 1 - lr wd, then the Adam step."""
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    for t, grads in enumerate(grads_per_step, start=1):
+        lr = schedule.lr(t)
+        for i, (p, g) in enumerate(zip(params, grads, strict=True)):
+            p *= 1 - lr * groups[i]
+            m[i] = betas[0] * m[i] + (1 - betas[0]) * g
+            v[i] = betas[1] * v[i] + (1 - betas[1]) * g * g
+            p -= lr * (m[i] / (1 - betas[0] ** t)) / (np.sqrt(v[i] / (1 - betas[1] ** t)) + eps)
+    return params
+
+
+@pytest.mark.parametrize("device", ["cpu", "emu"])
+def test_adamw_with_groups_and_a_warmup_cosine_schedule_matches_float64(solutions, device):
+    schedule = optim.WarmupCosine(max_lr=0.05, min_lr=0.005, warmup=2, total=5)
+    rng = np.random.default_rng(4)
+    shapes, decays = [(5, 3), (3,), (7,)], [0.1, 0.0, 0.1]
+    start = [rng.standard_normal(s) for s in shapes]
+    grads = [[rng.standard_normal(s) for s in shapes] for _ in range(7)]  # past total: min_lr
+    params = [minitorch.tensor(a.astype(np.float32), device=device, requires_grad=True) for a in start]
+    opt = optim.AdamW([{"params": [params[0], params[2]], "weight_decay": 0.1}, {"params": [params[1]],
+                      "weight_decay": 0.0}], schedule=schedule)
+    for t, step_grads in enumerate(grads, start=1):
+        for p, g in zip(params, step_grads, strict=True):
+            p.grad = minitorch.tensor(g.astype(np.float32), device=device)
+        opt.step()
+        assert opt.last_lr == pytest.approx(schedule.lr(t), rel=1e-6)
+    want = adamw_reference([a.copy() for a in start], grads, decays, schedule)
+    for p, w in zip(params, want, strict=True):
+        np.testing.assert_allclose(p.numpy(), w, rtol=1e-5, atol=1e-6)
+
+
+def test_gpt_parameter_groups_decay_only_the_linear_matrices():
+    model = nn.GPT(11, 8, d_model=16, n_head=2, n_layer=2, device="cpu", seed=0, tie_weights=True)
+    decay, rest = model.optimizer_groups(0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    assert decay["weight_decay"] == 0.1 and rest["weight_decay"] == 0.0
+    assert sorted(names[id(p)] for p in decay["params"]) == sorted(
+        f"blocks.{i}.{n}.weight" for i in range(2) for n in ("attn.c_attn", "attn.c_proj", "fc", "proj"))
+    assert {names[id(p)] for p in rest["params"]} >= {"wte.weight", "wpe.weight", "ln_f.weight", "lm_head.bias"}
+    assert len(decay["params"]) + len(rest["params"]) == len(list(model.parameters()))
+    with pytest.raises(ValueError, match="repeats parameters"):
+        optim.AdamW([decay, {"params": decay["params"][:1]}])
+    with pytest.raises(ValueError, match="one weight_decay"):
+        optim.AdamW([decay, {"params": rest["params"], "weight_decay": 0.2}],
+                    schedule=optim.WarmupCosine(1e-3, 1e-4, 1, 10))
+
+
+def test_a_captured_recipe_step_equals_eager_steps_on_the_emulator(solutions):
+    """Tying, dropout, parameter groups and the schedule in a captured step: each replay draws the next masks
+    and the next rate, as the eager steps do."""
+    vocab, t, b = 11, 8, 3
+    schedule = optim.WarmupCosine(max_lr=3e-2, min_lr=3e-3, warmup=1, total=3)
+    models = [nn.GPT(vocab, t, d_model=16, n_head=2, n_layer=1, device="emu", seed=5, tie_weights=True,
+                     dropout=0.2) for _ in range(2)]
+    opts = [optim.AdamW(m.optimizer_groups(0.1), schedule=schedule) for m in models]
+    xs = [minitorch.zeros((b, t), device="emu", dtype="int32") for _ in range(2)]
+    ys = [minitorch.zeros((b, t), device="emu", dtype="int32") for _ in range(2)]
+
+    def step(i: int) -> minitorch.Tensor:
+        loss = F.cross_entropy(models[i](xs[i]).reshape(b * t, vocab), ys[i].reshape(b * t))
+        opts[i].zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(models[i].parameters(), 0.5)
+        opts[i].step()
+        return loss
+
+    captured = graph.capture(lambda: step(1), device="emu")
+    rng = np.random.default_rng(0)
+    for k in range(4):
+        x, y = rng.integers(0, vocab, (b, t)).astype(np.int32), rng.integers(0, vocab, (b, t)).astype(np.int32)
+        for i in range(2):
+            xs[i].copy_from(x)
+            ys[i].copy_from(y)
+        eager = step(0).item()
+        captured.replay()
+        assert captured.output.item() == pytest.approx(eager, rel=1e-5)
+        assert opts[1].last_lr == pytest.approx(schedule.lr(k + 1), rel=1e-6)
+    for p, q in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-3, atol=2e-3)

@@ -788,6 +788,88 @@ def test_softmax_kernels_any_grid(kernel):
         checks.assert_close(out, expected, rtol=1e-4, atol=1e-6, what=what)
 
 
+# ---------------------------------------------------------------- the online softmax (Exercise 9b)
+
+ONLINE = pytest.mark.kernel("online_softmax.cu", "online_softmax")
+ONLINE_COLS = [1, 2, 31, 32, 33, 127, 1000]
+
+
+def online_reference(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float64 (probabilities, row maximum, row sum of exp(x - max)); a row with no finite entry gives zeros, a
+    maximum of -inf and a sum of 0."""
+    x = x.astype(np.float64)
+    m = x.max(axis=1, keepdims=True)
+    e = np.exp(x - np.where(np.isfinite(m), m, 0.0))
+    s = e.sum(axis=1, keepdims=True)
+    return np.divide(e, s, out=np.zeros_like(e), where=s > 0), m[:, 0], s[:, 0]
+
+
+def online_rows(cols: int, salt: object) -> np.ndarray:
+    """Rows a careless online softmax gets wrong: plain, large (exp overflows float32 without the maximum), very
+    negative, half masked (-inf), nothing visible, one visible entry at either end of the row."""
+    r = checks.rng("online-softmax", cols, salt)
+    x = (r.standard_normal((41, cols)) * 3).astype(np.float32)
+    x[1] += 1000.0
+    x[2] -= 1e4
+    x[3] = np.float32(90.0) + np.arange(cols, dtype=np.float32) * np.float32(0.5)  # the maximum rises along the row
+    x[4] = np.float32(90.0) - np.arange(cols, dtype=np.float32) * np.float32(0.5)  # the first entry is the largest
+    x[5:25][r.random((20, cols)) < 0.5] = -np.inf
+    x[25] = -np.inf
+    x[26] = -np.inf
+    x[26, 0] = 7.0
+    x[27] = -np.inf
+    x[27, -1] = -3.0
+    return x
+
+
+def device_online(x: np.ndarray, grid: int, threads: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rows, cols = x.shape
+    out, m, total = checks.poison(x.shape), checks.poison((rows,)), checks.poison((rows,))
+    k, xd = kernels.load_kernel("online_softmax.cu", "online_softmax"), dev(x)
+    run(f"online_softmax of {rows} x {cols} launched with {grid} blocks of {threads} threads", "online_softmax.cu",
+        "online_softmax", lambda: k((grid,), (threads,), (xd, out, m, total, np.int32(rows), np.int32(cols))))
+    return checks.to_host(out), checks.to_host(m), checks.to_host(total)
+
+
+def check_online(got: tuple[np.ndarray, np.ndarray, np.ndarray], x: np.ndarray, what: str) -> None:
+    probs, m, total = got
+    want_p, want_m, want_l = online_reference(x)
+    empty = ~np.isfinite(want_m)
+    computed_nan = (np.isnan(probs) & ~checks.is_poison(probs)).any(axis=1) | (np.isnan(total) & ~checks.is_poison(total))
+    nan_rows = np.flatnonzero(computed_nan)
+    if nan_rows.size:
+        kinds = "with nothing visible (every entry -inf)" if empty[nan_rows].all() else "some with visible entries"
+        raise GradeError(f"{what}: rows {nan_rows[:5].tolist()} compute a NaN sum or NaN probabilities ({kinds}, "
+                         f"where some lanes meet only -inf entries): merging two "
+                         f"empty parts takes exp(-inf - (-inf)) = exp(NaN); when the new maximum is -inf, the "
+                         f"sum is 0 and nothing is rescaled")
+    checks.assert_close(probs, want_p, rtol=1e-5, atol=1e-7, what=f"{what}: probabilities")
+    if not np.array_equal(m.astype(np.float64), want_m):
+        bad = int(np.flatnonzero(m.astype(np.float64) != want_m)[0])
+        raise GradeError(f"{what}: row_max[{bad}] = {m[bad]!r}, expected {want_m[bad]!r} (the row's maximum, -inf "
+                         f"for a row with nothing visible: exact)")
+    checks.assert_close(total, want_l, rtol=1e-5, atol=0, what=f"{what}: row_sum (the sum of exp(x - max))")
+
+
+@ONLINE
+@pytest.mark.parametrize("cols", ONLINE_COLS)
+@pytest.mark.hint("(m, l) = (-inf, 0); each entry x merges as (x, 1): m' = max(m, x), l' = l exp(m - m') + "
+                  "exp(x - m'), nothing rescaled when m' is -inf; the 32 lanes' pairs merge by the same rule in a "
+                  "butterfly; out = exp(x - m) / l, 0 where l = 0")
+def test_online_softmax_values(cols):
+    x = online_rows(cols, "values")
+    check_online(device_online(x, (41 + 3) // 4, 128), x, f"online_softmax of 41 x {cols}")
+
+
+@ONLINE
+@pytest.mark.parametrize("grid, threads", [(1, 32), (3, 64), (200, 256)])
+@pytest.mark.hint("warps loop over the rows (a grid-stride loop counted in warps): any grid covers any rows, "
+                  "and a grid with more warps than rows leaves the extra warps idle")
+def test_online_softmax_any_grid(grid, threads):
+    x = online_rows(45, ("grid", grid, threads))
+    check_online(device_online(x, grid, threads), x, f"online_softmax launched with {grid} blocks of {threads}")
+
+
 # ---------------------------------------------------------------- heads
 
 HEADS = pytest.mark.kernel("attention.cu", "split_heads")
@@ -1039,6 +1121,114 @@ def test_clip_kernels_any_grid(kernel):
         launch_checked("scale_by launched with 3 blocks of 64 threads",
                        lambda: k((3,), (64,), (xd, dev(np.array([0.5], np.float32)), np.int64(n))))
         checks.assert_close(xd, x.astype(np.float64) * 0.5, rtol=0, what="scale_by launched with 3 blocks of 64")
+
+
+# ---------------------------------------------------------------- the recipe: dropout and the schedule (11b, 11c)
+
+DROPOUT = pytest.mark.kernel("recipe.cu", "dropout_apply")
+
+
+def dropout_case(n: int, p: float, seed: int, step: int, site: int, salt: object) -> tuple[np.ndarray, np.ndarray]:
+    """(x, the exact expected output): minitorch.philox's mask, x * float32(1 / (1 - p)) where kept."""
+    from minitorch import philox
+
+    x = checks.rng("dropout", n, p, salt).standard_normal(n).astype(np.float32)
+    keep = philox.uniform(n, seed, (step << 16) + site) >= np.float32(p)
+    return x, np.where(keep, x * np.float32(1.0 / (1.0 - p)), np.float32(0))
+
+
+def check_dropout(got: Any, want: np.ndarray, x: np.ndarray, p: float, what: str) -> None:
+    got = checks.to_host(got)
+    if np.array_equal(got, want):
+        return
+    kept = got != 0
+    bad = int(np.flatnonzero(got != want)[0])
+    note = ""
+    if np.isnan(got).any():
+        note = " (NaN: never written?)"
+    elif abs(kept.mean() - (1 - p)) < 0.05 and not np.array_equal(kept, want != 0):
+        note = (" (about the right fraction kept, but not Philox's elements: element i keeps its value when the "
+                "uniform of word i % 4 of the block for counter (i / 4, offset_lo, offset_hi, 0), key (seed_lo, "
+                "seed_hi), is >= p, offset = (step[0] << 16) + site)")
+    elif np.array_equal(kept, want != 0):
+        note = " (the right mask; the kept values are scaled by 1 / (1 - p), computed in float32)"
+    raise GradeError(f"{what}: element {bad} is {got[bad]!r}, expected {want[bad]!r} (x = {x[bad]!r}), bit for bit"
+                     f"{note}")
+
+
+@DROPOUT
+@pytest.mark.parametrize("n, p, seed, step, site", [(1, 0.5, 0, 1, 0), (1003, 0.1, 12345, 7, 3),
+                                                    (70001, 0.5, 2**40 + 3, 2**33 + 5, 65535)],
+                         ids=["n1", "n1003", "n70001-large-seed-and-step"])
+@pytest.mark.hint("keep element i when the Philox uniform of (seed, offset = (step[0] << 16) + site) is >= p: "
+                  "minitorch.philox.uniform(n, seed, offset) is the host reference, bit for bit; kept values "
+                  "times float32(1 / (1 - p)); the step read from device memory and recorded in step_used")
+def test_dropout_masks_are_philox_bit_for_bit(n, p, seed, step, site):
+    x, want = dropout_case(n, p, seed, step, site, "values")
+    out, used = checks.poison(n), checks.poison(1, np.int64)
+    xd, step_d = dev(x), dev(np.array([step], np.int64))
+    run(f"dropout_apply of {n} elements, p={p}", "recipe.cu", "dropout_apply",
+        partial(module("recipe.py").dropout_apply, xd, out, step_d, used, seed, site, p))
+    check_dropout(out, want, x, p, f"dropout_apply of {n} elements (p={p}, seed={seed}, step={step}, site={site})")
+    if int(checks.to_host(used)[0]) != step:
+        raise GradeError(f"dropout_apply: step_used holds {checks.to_host(used)[0]}, expected the step it read, "
+                         f"{step}: the backward regenerates the mask from it")
+
+
+@DROPOUT
+@pytest.mark.hint("the step comes from device memory (step[0]), never from the host: a captured step replays its "
+                  "launches, and dropout_advance must move every replay to new masks")
+def test_dropout_reads_its_step_on_the_device_and_advance_moves_it():
+    n, p, seed, site = 4099, 0.25, 77, 2
+    recipe = module("recipe.py")
+    step_d, used = dev(np.array([5], np.int64)), checks.poison(1, np.int64)
+    x = dropout_case(n, p, seed, 5, site, "advance")[0]
+    xd, out = dev(x), checks.poison(n)
+    run("dropout_advance", "recipe.cu", "dropout_advance", partial(recipe.dropout_advance, step_d))
+    if int(checks.to_host(step_d)[0]) != 6:
+        raise GradeError(f"dropout_advance: step[0] is {checks.to_host(step_d)[0]} after one launch from 5, "
+                         f"expected 6 (one thread adds 1)")
+    run("dropout_apply after dropout_advance", "recipe.cu", "dropout_apply",
+        partial(recipe.dropout_apply, xd, out, step_d, used, seed, site, p))
+    check_dropout(out, dropout_case(n, p, seed, 6, site, "advance")[1], x, p,
+                  "dropout_apply at the advanced step 6")
+
+
+@DROPOUT
+@pytest.mark.parametrize("grid, threads", [(1, 32), (3, 64), (500, 256)])
+@pytest.mark.hint("a grid-stride loop: any grid covers any n")
+def test_dropout_kernel_any_grid(grid, threads):
+    n, p, seed, step, site = 10007, 0.3, 5, 9, 1
+    x, want = dropout_case(n, p, seed, step, site, ("grid", grid))
+    out, used = checks.poison(n), checks.poison(1, np.int64)
+    k = kernels.load_kernel("recipe.cu", "dropout_apply")
+    xd, step_d = dev(x), dev(np.array([step], np.int64))
+    what = f"dropout_apply launched with {grid} blocks of {threads} threads for {n} elements"
+    launch_checked(what, lambda: k((grid,), (threads,), (xd, out, step_d, used, np.uint64(seed), np.int64(site),
+                                                         np.float32(p), np.float32(1 / (1 - p)), np.int64(n))))
+    with checks.grid_stride_advice(out, grid, threads):
+        check_dropout(out, want, x, p, what)
+
+
+@pytest.mark.kernel("recipe.cu", "lr_schedule")
+@pytest.mark.parametrize("t", [1, 3, 4, 5, 37, 100, 101, 500])
+@pytest.mark.hint("it = step[0] - 1: max_lr (it + 1) / (warmup + 1) while it < warmup; min_lr + (max_lr - min_lr) "
+                  "(1 + cos(pi r)) / 2, r = (it - warmup) / (total - warmup), up to total; min_lr after; then "
+                  "bias[0] /= lr, lr[0] = lr, decay[0] = 1 - lr * weight_decay")
+def test_lr_schedule_values(t):
+    from minitorch import optim
+
+    schedule = optim.WarmupCosine(max_lr=6e-4, min_lr=6e-5, warmup=4, total=100)
+    bias0 = np.array([0.19, 0.002], np.float32)
+    step_d, bias, rate, decay = dev(np.array([t], np.int64)), dev(bias0), checks.poison(1), checks.poison(1)
+    run(f"lr_schedule at step {t}", "recipe.cu", "lr_schedule",
+        partial(module("recipe.py").lr_schedule, step_d, bias, rate, decay, 0.1, schedule.max_lr, schedule.min_lr,
+                schedule.warmup, schedule.total))
+    lr = schedule.lr(t)
+    checks.assert_close(rate, [lr], rtol=1e-6, what=f"lr_schedule at step {t} (warmup 4, total 100): the rate")
+    checks.assert_close(bias, [float(bias0[0]) / lr, float(bias0[1])], rtol=2e-6,
+                        what=f"lr_schedule at step {t}: bias (bias[0] / lr; bias[1] untouched)")
+    checks.assert_close(decay, [1 - 0.1 * lr], rtol=1e-7, what=f"lr_schedule at step {t}: decay = 1 - lr * 0.1")
 
 
 # ---------------------------------------------------------------- a block, and a captured training step

@@ -53,6 +53,7 @@ def load_saved_model() -> tuple[dict, dict[str, np.ndarray]]:
 
 
 def config_of(record: dict) -> dict[str, int]:
+    """The model's configuration; ``tie_weights`` is False for a record written before tying existed."""
     keys = ("vocab_size", "block_size", "d_model", "n_head", "n_layer")
     try:
         config = {k: int(record["config"][k]) for k in keys}
@@ -61,13 +62,19 @@ def config_of(record: dict) -> dict[str, int]:
                          f"{record.get('config')!r}") from None
     if min(config.values()) < 1 or config["d_model"] % config["n_head"]:
         raise GradeError(f"{RECORD_FILE}: an impossible configuration {config}")
+    tied = record["config"].get("tie_weights", False)
+    if not isinstance(tied, bool):
+        raise GradeError(f"{RECORD_FILE}: config.tie_weights must be true or false (model.config), got {tied!r}")
+    config["tie_weights"] = tied  # a bool (an int to Python): the note shows True or False
     return config
 
 
 def expected_shapes(config: dict[str, int]) -> dict[str, tuple[int, ...]]:
     v, t, c = config["vocab_size"], config["block_size"], config["d_model"]
     shapes = {"wte.weight": (v, c), "wpe.weight": (t, c), "ln_f.weight": (c,), "ln_f.bias": (c,),
-              "lm_head.weight": (c, v), "lm_head.bias": (v,)}
+              "lm_head.bias": (v,)}
+    if not config["tie_weights"]:  # tied: the head multiplies by wte.weight's transpose
+        shapes["lm_head.weight"] = (c, v)
     for i in range(config["n_layer"]):
         p = f"blocks.{i}."
         shapes.update({p + "ln1.weight": (c,), p + "ln1.bias": (c,), p + "attn.c_attn.weight": (c, 3 * c),
@@ -80,6 +87,9 @@ def expected_shapes(config: dict[str, int]) -> dict[str, tuple[int, ...]]:
 
 def check_parameters(config: dict[str, int], params: dict[str, np.ndarray]) -> None:
     shapes = expected_shapes(config)
+    if config["tie_weights"] and "lm_head.weight" in params:
+        raise GradeError(f"{MODEL_FILE} holds lm_head.weight, but {RECORD_FILE} says the head is tied to wte.weight "
+                         f"(config.tie_weights): which one is the head? Save model.config and the model of one run")
     missing = sorted(set(shapes) - set(params))
     if missing:
         raise GradeError(f"{MODEL_FILE} lacks {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}: save the "
@@ -144,7 +154,8 @@ def logits_of(params: dict[str, np.ndarray], config: dict[str, int], ids: np.nda
         x = x + y @ p("attn.c_proj.weight") + p("attn.c_proj.bias")
         m = gelu(layer_norm(x, p("ln2.weight"), p("ln2.bias")) @ p("fc.weight") + p("fc.bias"))
         x = x + m @ p("proj.weight") + p("proj.bias")
-    return layer_norm(x, params["ln_f.weight"], params["ln_f.bias"]) @ params["lm_head.weight"] + params["lm_head.bias"]
+    head = params["wte.weight"].T if config["tie_weights"] else params["lm_head.weight"]
+    return layer_norm(x, params["ln_f.weight"], params["ln_f.bias"]) @ head + params["lm_head.bias"]
 
 
 def validation_loss(params: dict[str, np.ndarray], config: dict[str, int], val: np.ndarray) -> float:
@@ -182,7 +193,7 @@ def sample(params: dict[str, np.ndarray], config: dict[str, int], chars: list[st
 def test_shakespeare_model_validation_loss(record_property):
     record, params = load_saved_model()
     config = config_of(record)
-    full = all(config[k] == v for k, v in FULL.items()) and config["block_size"] in FULL_BLOCK_SIZES
+    full = all(config[k] == v for k, v in FULL.items()) and config["block_size"] in FULL_BLOCK_SIZES  # tied or not
     if backend.get_device() == "cuda" and not full:
         raise GradeError(f"the saved model has the configuration {config}; on a GPU the deliverable is the seed's "
                          f"GPT: {FULL} with block_size 64 or 128 (the reduced configuration is for the emulator): "

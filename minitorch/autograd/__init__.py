@@ -15,6 +15,7 @@ Recording stops inside ``with minitorch.no_grad():`` (an optimizer step, evaluat
 
 from minitorch.autograd.attention import AttentionSoftmax, BatchedMatMul, CausalSelfAttention, MergeHeads, SplitHeads
 from minitorch.autograd.conv import Conv2d
+from minitorch.autograd.dropout import Dropout
 from minitorch.autograd.elementwise import Add, AddBias, Mul, ReLU, ScalarMul, Sigmoid, Sub, add
 from minitorch.autograd.embedding import Embedding
 from minitorch.autograd.function import (
@@ -43,8 +44,8 @@ __all__ = [
     # Phase 6
     "Conv2d", "CrossEntropy", "LogSoftmax", "MaxPool2d", "Softmax",
     # Phase 7
-    "AttentionSoftmax", "BatchedMatMul", "CausalSelfAttention", "Embedding", "GELU", "LayerNorm", "MergeHeads",
-    "SplitHeads",
+    "AttentionSoftmax", "BatchedMatMul", "CausalSelfAttention", "Dropout", "Embedding", "GELU", "LayerNorm",
+    "MergeHeads", "SplitHeads",
     # Phase 8a
     "Cast",
 ]

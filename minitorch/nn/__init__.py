@@ -4,6 +4,7 @@
 from minitorch.nn.activation import ReLU, Sigmoid
 from minitorch.nn.conv import Conv2d, Flatten, MaxPool2d
 from minitorch.nn.deliverable import save_deliverable
+from minitorch.nn.dropout import Dropout
 from minitorch.nn.linear import Linear
 from minitorch.nn.module import Module, ModuleList, Sequential
 from minitorch.nn.transformer import GELU, GPT, Embedding, LayerNorm, MultiHeadAttention, TransformerBlock
@@ -11,4 +12,5 @@ from minitorch.nn.transformer import GELU, GPT, Embedding, LayerNorm, MultiHeadA
 __all__ = ["Linear", "Module", "ReLU", "Sequential", "Sigmoid", "save_deliverable",
            # Phase 6
            "Conv2d", "Flatten", "MaxPool2d"]
-__all__ += ["GELU", "GPT", "Embedding", "LayerNorm", "ModuleList", "MultiHeadAttention", "TransformerBlock"]  # Phase 7
+__all__ += ["GELU", "GPT", "Dropout", "Embedding", "LayerNorm", "ModuleList", "MultiHeadAttention",  # Phase 7
+            "TransformerBlock"]

@@ -100,7 +100,7 @@ class KVCacheDecoder:
             ops.write_position_(values, one_hot, ops.reshape(v, (values.shape[0], 1, values.shape[2])))
             x = x + attn.c_proj(ops.cached_attention(q, keys, values, mask))
             x = x + block.proj(block.gelu(block.fc(block.ln2(x))))
-        return m.lm_head(m.ln_f(x))
+        return m._head(m.ln_f(x))
 
 
 def _last_row(logits: Tensor) -> np.ndarray:

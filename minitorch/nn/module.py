@@ -25,6 +25,8 @@ DTYPE_SUFFIX = ":dtype"  # state-dict entry beside a bfloat16 parameter's bits: 
 class Module:
     """Base class of layers and models: subclass it and write ``forward``; call the module to run it."""
 
+    training = True  # train() / eval(): layers that behave differently (Dropout) read it
+
     def forward(self, *args: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not define forward()")
 
@@ -62,6 +64,18 @@ class Module:
         """Every parameter of this module and its sub-modules (for an optimizer)."""
         for _, t in self.named_parameters():
             yield t
+
+    def train(self, mode: bool = True) -> Module:
+        """Set training mode (``mode=True``) or eval mode on this module and every sub-module, as PyTorch's."""
+        self.training = bool(mode)
+        for _, value in self._children():
+            if isinstance(value, Module):
+                value.train(mode)
+        return self
+
+    def eval(self) -> Module:
+        """Eval mode: ``train(False)`` (Dropout becomes the identity)."""
+        return self.train(False)
 
     def zero_grad(self) -> None:
         """Forget the accumulated gradients (``.grad = None``)."""

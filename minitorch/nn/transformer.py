@@ -5,6 +5,11 @@ pre-norm ``TransformerBlock`` and a character-level ``GPT`` with PyTorch's calli
 Initial values follow PyTorch's defaults (so a model of the same shape trains alike): embeddings N(0, 1),
 Linear layers uniform in ±1/sqrt(in_features), LayerNorm weight 1 and bias 0. A model made with one seed
 has the same initial values on every device.
+
+``GPT(..., tie_weights=True)`` shares one table between the token embedding and the output head, as GPT-2
+and nanoGPT do: logits = ln_f(x) · wteᵀ + lm_head.bias. The table then receives the sum of two gradients,
+the embedding's scatter-add and the head's product; it starts N(0, 1/d_model) instead of N(0, 1), so
+that the first logits have unit variance rather than d_model.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from minitorch import backend, functional, ops
-from minitorch.autograd import no_grad
+from minitorch.autograd import Context, Function, no_grad
+from minitorch.nn.dropout import Dropout
 from minitorch.nn.kv_cache import KVCacheDecoder
 from minitorch.nn.linear import Linear
 from minitorch.nn.module import Module, ModuleList
@@ -39,12 +45,15 @@ class Embedding(Module):
     ids of any shape (idx.shape + (embedding_dim,)). Initial values N(0, 1), drawn from ``seed``."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, *, device: str | None = None,
-                 dtype: DTypeLike = None, seed: int | None = None) -> None:
+                 dtype: DTypeLike = None, seed: int | None = None, std: float = 1.0) -> None:
         _positive("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
+        if not (isinstance(std, (int, float)) and std > 0 and math.isfinite(std)):
+            raise ValueError(f"Embedding: std must be a positive number, got {std!r}")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         device = _check_device(device)
         dt = check_dtype(dtype, device)
-        values = np.random.default_rng(seed).standard_normal((num_embeddings, embedding_dim)).astype(dt)
+        values = np.random.default_rng(seed).standard_normal((num_embeddings, embedding_dim))
+        values = (values * std if std != 1.0 else values).astype(dt)
         self.weight = _parameter(values, device)
 
     def forward(self, idx: Tensor) -> Tensor:
@@ -112,21 +121,60 @@ class MultiHeadAttention(Module):
 
 
 class TransformerBlock(Module):
-    """A pre-norm block: x + attn(ln1(x)), then x + proj(gelu(fc(ln2(x)))), fc widening to 4 d_model."""
+    """A pre-norm block: x + attn(ln1(x)), then x + proj(gelu(fc(ln2(x)))), fc widening to 4 d_model. With
+    ``dropout`` > 0, each residual branch passes through a Dropout before it is added (nanoGPT's
+    ``resid_dropout`` and the MLP's dropout)."""
 
     def __init__(self, d_model: int, n_head: int, *, device: str | None = None, dtype: DTypeLike = None,
-                 seed: int | None = None) -> None:
-        seeds = np.random.default_rng(seed).integers(0, 2**31, 3)
+                 seed: int | None = None, dropout: float = 0.0) -> None:
+        rng = np.random.default_rng(seed)
+        seeds = rng.integers(0, 2**31, 3)
         self.ln1 = LayerNorm(d_model, device=device, dtype=dtype)
         self.attn = MultiHeadAttention(d_model, n_head, device=device, dtype=dtype, seed=int(seeds[0]))
         self.ln2 = LayerNorm(d_model, device=device, dtype=dtype)
         self.fc = Linear(d_model, 4 * d_model, device=device, dtype=dtype, seed=int(seeds[1]))
         self.gelu = GELU()
         self.proj = Linear(4 * d_model, d_model, device=device, dtype=dtype, seed=int(seeds[2]))
+        drop_seeds = rng.integers(0, 2**62, 2)  # drawn after the weights' seeds: those stay as they were
+        self.attn_drop = Dropout(dropout, seed=int(drop_seeds[0]), device=device)
+        self.mlp_drop = Dropout(dropout, seed=int(drop_seeds[1]), device=device)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn(self.ln1(x))
-        return x + self.proj(self.gelu(self.fc(self.ln2(x))))
+        x = x + self.attn_drop(self.attn(self.ln1(x)))
+        return x + self.mlp_drop(self.proj(self.gelu(self.fc(self.ln2(x)))))
+
+
+class _TiedProjection(Function):
+    """y = x @ Wᵀ for x (N, C) and a (V, C) table W: the tied head's logits, the table read transposed in
+    place. dx = dy @ W; dW = dyᵀ @ x, which backprop adds to the embedding's own gradient of W."""
+
+    @staticmethod
+    def forward(ctx: Context, x: Tensor, weight: Tensor) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        return ops.matmul(x, weight, transpose_b=True)
+
+    @staticmethod
+    def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        x, weight = ctx.saved_tensors
+        return (ops.matmul(grad, weight) if ctx.needs_input_grad[0] else None,
+                ops.matmul(grad, x, transpose_a=True) if ctx.needs_input_grad[1] else None)
+
+
+class TiedHead(Module):
+    """The output head of a GPT whose token table is tied: logits = x @ tableᵀ + bias. It owns only the
+    bias (``lm_head.bias``); the table is the token embedding's weight, passed in."""
+
+    def __init__(self, vocab_size: int, *, device: str | None = None, dtype: DTypeLike = None) -> None:
+        device = _check_device(device)
+        self.bias = _parameter(np.zeros(vocab_size, check_dtype(dtype, device)), device)
+
+    def forward(self, x: Tensor, table: Tensor) -> Tensor:
+        lead, c = x.shape[:-1], x.shape[-1]
+        y = _TiedProjection.apply(x.reshape(-1, c), table) + self.bias
+        return y.reshape(*lead, table.shape[0])
+
+    def extra_repr(self) -> str:
+        return f"tied to wte, bias={self.bias.shape[0]}"
 
 
 class GPT(Module):
@@ -136,29 +184,63 @@ class GPT(Module):
     ``model(idx)``, idx int32 (B, T) with T <= block_size, returns the logits (B, T, vocab_size) of the token
     that follows each position. Parameters are named as the attributes: ``wte``, ``wpe``, ``blocks.<i>.…``,
     ``ln_f``, ``lm_head``.
+
+    ``tie_weights``: the head multiplies by the token table's transpose (no ``lm_head.weight`` of its own;
+    see the module's docstring). ``dropout``: the probability of zeroing an activation while training, after
+    the embeddings and on each residual branch (attention's and the MLP's outputs), as nanoGPT's
+    ``dropout``; 0 (the default) adds no kernel. ``model.train()`` / ``model.eval()`` switch it on and off.
     """
 
     def __init__(self, vocab_size: int, block_size: int, d_model: int = 64, n_head: int = 4, n_layer: int = 2, *,
-                 device: str | None = None, dtype: DTypeLike = None, seed: int | None = 0) -> None:
+                 device: str | None = None, dtype: DTypeLike = None, seed: int | None = 0,
+                 tie_weights: bool = False, dropout: float = 0.0) -> None:
         _positive("GPT", vocab_size=vocab_size, block_size=block_size, d_model=d_model, n_head=n_head,
                   n_layer=n_layer)
         self.vocab_size, self.block_size = int(vocab_size), int(block_size)
         self.d_model, self.n_head, self.n_layer = int(d_model), int(n_head), int(n_layer)
-        seeds = [int(s) for s in np.random.default_rng(seed).integers(0, 2**31, n_layer + 3)]
+        if not isinstance(tie_weights, bool):
+            raise TypeError(f"GPT: tie_weights must be True or False, got {tie_weights!r}")
+        self.tie_weights = tie_weights
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"GPT: dropout must be a probability in [0, 1), got {dropout!r}")
+        self.dropout = float(dropout)
+        rng = np.random.default_rng(seed)
+        seeds = [int(s) for s in rng.integers(0, 2**31, n_layer + 3)]
         kw = {"device": device, "dtype": dtype}
-        self.wte = Embedding(vocab_size, d_model, seed=seeds[0], **kw)
+        self.wte = Embedding(vocab_size, d_model, seed=seeds[0], std=d_model ** -0.5 if tie_weights else 1.0, **kw)
         self.wpe = Embedding(block_size, d_model, seed=seeds[1], **kw)
-        self.blocks = ModuleList(TransformerBlock(d_model, n_head, seed=seeds[3 + i], **kw) for i in range(n_layer))
+        self.drop = Dropout(self.dropout, seed=int(rng.integers(0, 2**62)), device=device)
+        self.blocks = ModuleList(TransformerBlock(d_model, n_head, seed=seeds[3 + i], dropout=self.dropout, **kw)
+                                 for i in range(n_layer))
         self.ln_f = LayerNorm(d_model, **kw)
-        self.lm_head = Linear(d_model, vocab_size, seed=seeds[2], **kw)
+        self.lm_head: Linear | TiedHead = (TiedHead(vocab_size, **kw) if tie_weights
+                                           else Linear(d_model, vocab_size, seed=seeds[2], **kw))
         # The position ids 0..T-1, made once per (device, T): a captured step may not copy them in.
         self._position_ids: dict[tuple[str, int], Tensor] = {}
         self._positions(self.block_size)
 
     @property
-    def config(self) -> dict[str, int]:
-        return {"vocab_size": self.vocab_size, "block_size": self.block_size, "d_model": self.d_model,
-                "n_head": self.n_head, "n_layer": self.n_layer}
+    def config(self) -> dict[str, int | bool]:
+        config: dict[str, int | bool] = {"vocab_size": self.vocab_size, "block_size": self.block_size,
+                                         "d_model": self.d_model, "n_head": self.n_head, "n_layer": self.n_layer}
+        if self.tie_weights:  # an untied model's config stays as it always was
+            config["tie_weights"] = True
+        return config
+
+    def optimizer_groups(self, weight_decay: float) -> list[dict[str, Any]]:
+        """The parameters in two groups for AdamW, as nanoGPT and minGPT make them: the matrices of the Linear
+        layers decay by ``weight_decay``; biases, LayerNorm weights and the embedding tables (the tied head's
+        too) do not: decaying a gain or an offset towards 0 only fights the normalisation, and a token's row
+        gets gradients only when the token occurs, so decay would erase rare tokens."""
+        matrices = {id(m.weight) for m in self._linear_layers()}
+        decay = [p for p in self.parameters() if id(p) in matrices]
+        rest = [p for p in self.parameters() if id(p) not in matrices]
+        return [{"params": decay, "weight_decay": float(weight_decay)}, {"params": rest, "weight_decay": 0.0}]
+
+    def _linear_layers(self) -> list[Linear]:
+        layers = [layer for block in self.blocks
+                  for layer in (block.attn.c_attn, block.attn.c_proj, block.fc, block.proj)]
+        return layers + ([self.lm_head] if isinstance(self.lm_head, Linear) else [])
 
     def _positions(self, t: int) -> Tensor:
         device = self.wpe.weight.device
@@ -186,22 +268,28 @@ class GPT(Module):
         pos = self.wpe(self._positions(t))                   # (T, C), the same for every sequence
         return (tok.reshape(batch, t * c) + pos.reshape(t * c)).reshape(batch, t, c)  # a bias of T*C values
 
+    def _head(self, x: Tensor) -> Tensor:
+        if isinstance(self.lm_head, TiedHead):
+            return self.lm_head(x, self.wte.weight)
+        return self.lm_head(x)
+
     def forward(self, idx: Tensor) -> Tensor:
-        x = self._embed(idx)
+        x = self.drop(self._embed(idx))
         for block in self.blocks:
             x = block(x)
-        return self.lm_head(self.ln_f(x))                    # (B, T, vocab)
+        return self._head(self.ln_f(x))                      # (B, T, vocab)
 
     def attention_maps(self, idx: Tensor) -> list[np.ndarray]:
         """The attention probabilities of every layer for idx (B, T): one host array (B, n_head, T, T) per
         layer, row t the weights query t gives keys 0..t (not recorded for autograd)."""
         with no_grad():
-            x = self._embed(idx)
+            x = self._embed(idx)                             # no dropout: the maps of the model itself
             maps = []
             for block in self.blocks:
                 _, saved = ops.attention(block.attn.c_attn(block.ln1(x)), self.n_head)
                 maps.append(saved[3].numpy().reshape(idx.shape[0], self.n_head, idx.shape[1], idx.shape[1]))
-                x = block(x)
+                x = block.eval()(x)
+                block.train(self.training)
         return maps
 
     def generate(self, idx: Any, n: int, temperature: float = 1.0, *, seed: int | None = None,
@@ -234,14 +322,19 @@ class GPT(Module):
         device = self.wte.weight.device
         rng = np.random.default_rng(seed)
         ids = ids.astype(INDEX)
-        with no_grad():
-            if use_cache and n:
-                return from_numpy(self._generate_cached(ids, n, temperature, rng), device)
-            for _ in range(n):
-                context = from_numpy(np.ascontiguousarray(ids[:, -self.block_size:]), device)
-                logits = self(context).numpy()[:, -1, :].astype(np.float64)
-                ids = np.concatenate([ids, sample_next(logits, temperature, rng)[:, None]], axis=1)
-        return from_numpy(ids, device)
+        training = self.training
+        self.eval()  # sampling never drops: the model's own predictions
+        try:
+            with no_grad():
+                if use_cache and n:
+                    return from_numpy(self._generate_cached(ids, n, temperature, rng), device)
+                for _ in range(n):
+                    context = from_numpy(np.ascontiguousarray(ids[:, -self.block_size:]), device)
+                    logits = self(context).numpy()[:, -1, :].astype(np.float64)
+                    ids = np.concatenate([ids, sample_next(logits, temperature, rng)[:, None]], axis=1)
+            return from_numpy(ids, device)
+        finally:
+            self.train(training)
 
     def _generate_cached(self, ids: np.ndarray, n: int, temperature: float, rng: np.random.Generator) -> np.ndarray:
         decoder = KVCacheDecoder(self, ids.shape[0])

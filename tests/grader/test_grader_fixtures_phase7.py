@@ -233,6 +233,37 @@ def _saved_model(workspace: Path, **record_changes: object) -> None:
     nn.save_deliverable(workspace, "shakespeare_model.json", record, {"shakespeare_model.npz": model})
 
 
+ONLINE_GUARD = """    if (mn == -INFINITY) {
+        m = mn;
+        l = 0.0f;
+        return;
+    }
+"""
+ONLINE_RESCALE = "    l = l * expf(m - mn) + l2 * expf(m2 - mn);\n"
+
+
+@pytest.mark.parametrize("change, message", [
+    ((ONLINE_GUARD, ""), "exp(-inf - (-inf)) = exp(NaN)"),
+    # the sum is not rescaled when the maximum rises: the two-pass formula, run in one pass
+    ((ONLINE_RESCALE, "    l = l + l2 * expf(m2 - mn);\n"), "online_softmax of 41 x"),
+])
+def test_online_softmax_without_its_guard_or_its_rescaling_is_rejected(tmp_path, change, message):
+    files = solution_sources()
+    files["online_softmax.cu"] = replace_once(files["online_softmax.cu"], *change)
+    report = grade(tmp_path, files, "-k", "test_online_softmax_values and 33")
+    [check] = results(report, "test_online_softmax_values")
+    assert check["result"] == "FAIL" and message in check["reason"], check
+
+
+def test_a_dropout_mask_that_is_not_philoxs_is_rejected(tmp_path):
+    """The right fraction of elements kept, but every element of a Philox block reads its first word."""
+    files = solution_sources()
+    files["recipe.cu"] = replace_once(files["recipe.cu"], "(words[i % 4] >> 9)", "(words[0] >> 9)")
+    report = grade(tmp_path, files, "-k", "test_dropout_masks_are_philox_bit_for_bit and n1003")
+    [check] = results(report, "test_dropout_masks_are_philox_bit_for_bit")
+    assert check["result"] == "FAIL" and "not Philox's elements" in check["reason"], check
+
+
 def _deliverable(report: dict) -> dict:
     [check] = results(report, "test_shakespeare_model_validation_loss")
     return check
