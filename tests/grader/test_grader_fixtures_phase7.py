@@ -233,7 +233,7 @@ def _saved_model(workspace: Path, **record_changes: object) -> None:
     nn.save_deliverable(workspace, "shakespeare_model.json", record, {"shakespeare_model.npz": model})
 
 
-ONLINE_GUARD = """    if (mn == -INFINITY) {
+ONLINE_GUARD = """    if (mn == NEG_INF) {
         m = mn;
         l = 0.0f;
         return;
