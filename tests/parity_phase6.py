@@ -245,11 +245,12 @@ def _winograd(function: str) -> Callable:
         launch = kernels.load_kernel("conv.cu", function)
         small = ((3,), (64,))
         i32 = lambda *v: tuple(np.int32(a) for a in v)  # noqa: E731
-        if function == "winograd_filter":
-            w = ints(k, c, 3, 3)
-            u = _poison((16, k, c))
-            launch(*small, (_dev(w), u, *i32(k, c)))
-            return backend.asnumpy(u), (WINOGRAD_G @ w @ WINOGRAD_G.T).reshape(k, c, 16).transpose(2, 0, 1)
+        if function == "winograd_filter":  # odd cases: flip = 1, the input gradient's U[e][c][k] of w rotated
+            w, flip = ints(k, c, 3, 3), n % 2
+            u = _poison((16, c, k) if flip else (16, k, c))
+            launch(*small, (_dev(w), u, *i32(k, c, flip)))
+            g = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3) if flip else w
+            return backend.asnumpy(u), (WINOGRAD_G @ g @ WINOGRAD_G.T).reshape(*g.shape[:2], 16).transpose(2, 0, 1)
         if function == "winograd_input":
             x = ints(nb, c, h, wd)
             v = _poison((16, c, t))

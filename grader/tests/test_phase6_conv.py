@@ -25,7 +25,8 @@ ON_GPU = backend.get_device() == "cuda"
 EPS32 = float(np.finfo(np.float32).eps)
 FORWARD = {"direct": "conv2d_direct", "im2col": "im2col", "tiled": "conv2d_tiled", "igemm": "conv2d_igemm",
            "winograd": "winograd_gemm"}
-BACKWARD_INPUT = {"direct": "conv2d_backward_input", "im2col": "col2im", "igemm": "conv2d_backward_input_igemm"}
+BACKWARD_INPUT = {"direct": "conv2d_backward_input", "im2col": "col2im", "igemm": "conv2d_backward_input_igemm",
+                  "winograd": "winograd_filter"}
 BACKWARD_WEIGHT = {"direct": "conv2d_backward_weight", "im2col": "im2col", "tiled": "conv2d_backward_weight_tiled",
                    "igemm": "conv2d_backward_weight_igemm"}
 # Winograd F(2x2, 3x3): U = G g G^T, V = B^T d B, Y = A^T M A (conv.cu's comment)
@@ -283,11 +284,19 @@ def test_conv_backward_input_values(variant, shape):
     dy, wt, dx = backend.asarray(dy_h), backend.asarray(w_h), checks.poison(x_h.shape)
     what = f"conv2d_backward_input(variant={variant!r}) for x {x_h.shape}, w {w_h.shape}, stride {stride}, " \
            f"padding {pad}"
+    if variant == "winograd" and not (winograd_applies(r, s, stride) and pad <= 2):
+        checks.expect_error(f"{what} (Winograd runs the input's gradient of 3 x 3 filters at stride 1, padded by "
+                            f"at most 2)", lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant),
+                            ValueError, "winograd")
+        return
     checks.reset_launches()
     on_device(what, lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant))
     if variant in BACKWARD_INPUT:
         require(BACKWARD_INPUT[variant], what)
     bound = rounding_bound(k * r * s, ref_backward_input(np.abs(dy_h), np.abs(w_h), x_h.shape, stride, pad))
+    if variant == "winograd":  # the forward rung on dy, w rotated with its channels swapped, padded by 2 - pad
+        w_flipped = w_h[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
+        bound = bound + rounding_bound(k + 12, winograd_magnitudes(dy_h, w_flipped, 2 - pad, h, w))
     check_conv_output(dx, expected, bound, what)
 
 
@@ -403,7 +412,7 @@ def test_conv_launcher_rejects_bad_arguments():
 
 @pytest.mark.parametrize("call", ["forward-direct", "forward-im2col", "forward-tiled", "forward-igemm",
                                   "forward-winograd", "input-direct", "input-im2col", "input-igemm",
-                                  "weight-direct", "weight-tiled", "weight-igemm", "bias"])
+                                  "input-winograd", "weight-direct", "weight-tiled", "weight-igemm", "bias"])
 @pytest.mark.hint("compute the result with your kernels, on the device: no NumPy/CuPy/PyTorch result copied in "
                   "after the launch")
 def test_conv_results_come_from_your_kernels(call):
@@ -427,8 +436,9 @@ def test_conv_results_come_from_your_kernels(call):
     checks.assert_computed_on_device(f"conv.py {call}", fn, inputs=inputs, outputs=(out,), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kernel", [pytest.param(k, marks=pytest.mark.kernel("conv.cu", k), id=k)
-                                    for k in ("winograd_filter", "winograd_input", "winograd_output")])
+@pytest.mark.parametrize("kernel", [pytest.param(k, marks=pytest.mark.kernel("conv.cu", k.partition("-")[0]), id=k)
+                                    for k in ("winograd_filter", "winograd_filter-flip", "winograd_input",
+                                              "winograd_output")])
 @pytest.mark.hint("each transform on its own: U = G g G^T (4 x 4 per filter and channel), V = B^T d B (4 x 4 per "
                   "channel and patch, 0 outside the image), y = A^T M A + b (2 x 2 per filter and patch); the "
                   "matrices are in conv.cu's comment above winograd_filter")
@@ -440,13 +450,20 @@ def test_winograd_transforms(kernel):
     tp, tq = (p + 1) // 2, (q + 1) // 2
     t = n * tp * tq
     g = checks.rng("winograd", kernel)
+    kernel, _, flip = kernel.partition("-")
     fn = kernels.load_kernel("conv.cu", kernel)
     ints = partial(map, np.int32)
-    if kernel == "winograd_filter":
+    if kernel == "winograd_filter" and flip:  # U[e][c][k] of w[k][c] rotated by 180 degrees
+        w_h = g.standard_normal((k, c, 3, 3)).astype(np.float32)
+        u = checks.poison((16, c, k))
+        rotated = w_h[:, :, ::-1, ::-1].transpose(1, 0, 2, 3).astype(np.float64)
+        expected = (WINOGRAD_G @ rotated @ WINOGRAD_G.T).reshape(c, k, 16).transpose(2, 0, 1)
+        args, outputs = (backend.asarray(w_h), u, *ints((k, c, 1))), {"U (flip = 1)": (u, expected)}
+    elif kernel == "winograd_filter":
         w_h = g.standard_normal((k, c, 3, 3)).astype(np.float32)
         u = checks.poison((16, k, c))
         expected = (WINOGRAD_G @ w_h.astype(np.float64) @ WINOGRAD_G.T).reshape(k, c, 16).transpose(2, 0, 1)
-        args, outputs = (backend.asarray(w_h), u, *ints((k, c))), {"U": (u, expected)}
+        args, outputs = (backend.asarray(w_h), u, *ints((k, c, 0))), {"U": (u, expected)}
     elif kernel == "winograd_input":
         x_h = g.standard_normal((n, c, h, w)).astype(np.float32)
         v = checks.poison((16, c, t))
