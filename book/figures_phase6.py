@@ -44,8 +44,10 @@ SCRIPTS = {"phase6_conv": "benchmarks/phase6_conv.py", "phase6_mnist": "benchmar
            "phase6_mnist_recipe": "benchmarks/phase6_mnist_recipe.py",
            "phase6_conv_error": "benchmarks/phase6_conv_error.py"}
 SKY = "#56B4E9"  # Okabe-Ito's sky blue, for the Winograd rung
+DEEP_SKY = "#1F6F9F"  # a darker sky blue, for the Winograd F(4x4, 3x3) rung
 # The rungs in the ladder's order; a rung the JSON does not hold (measured before it existed) is absent.
 VARIANT_STYLE = {"direct": VERMILLION, "im2col": ORANGE, "tiled": GREEN, "igemm": PURPLE, "winograd": SKY,
+                 "winograd4": DEEP_SKY,
                  "best": BLUE, "best_tuned": "#0B3C5D", "cudnn": GREY}
 PASS_LABEL = {"forward": "forward", "backward_input": "input gradient", "backward_weight": "weight gradient",
               "backward_bias": "bias gradient"}
