@@ -204,6 +204,12 @@ def phase6_conv_error(text_name: str = "phase6-conv-error-text") -> None:
     if res is None:
         glue_md(text_name, missing_md("phase6_conv_error", SCRIPTS["phase6_conv_error"], "the emulator or a GPU"))
         return
+    def four(row: dict | None) -> str:  # F(4x4, 3x3), in results that measured it
+        if row is None:
+            return ""
+        return (f"; F(4×4, 3×3)'s largest error is {row['eps_of_scale']:.2f} ε, its values "
+                f"{row['winograd_scale']:.1f} times Σ|w·x|")
+
     parts = []
     for layer in dict.fromkeys(r["layer"] for r in res.rows):
         rung = {r["rung"]: r for r in res.rows if r["layer"] == layer}
@@ -216,7 +222,7 @@ def phase6_conv_error(text_name: str = "phase6-conv-error-text") -> None:
                      f"{direct['k']} channels, {direct['h']} × {direct['w']}) the direct rung's largest error is "
                      f"{direct['eps_of_scale']:.2f} ε of Σ|w·x| and Winograd's {wino['eps_of_scale']:.2f} ε, "
                      f"although the values Winograd rounds are {wino['winograd_scale']:.1f} times Σ|w·x| "
-                     f"(the implicit GEMM: {same})")
+                     f"(the implicit GEMM: {same})" + four(rung.get("winograd4")))
     glue_md(text_name, "Measured: " + "; ".join(parts) + f". {res.provenance}")
 
 
