@@ -191,7 +191,7 @@ def phase6_conv_ladder(fig_name: str = "fig-phase6-conv", text_name: str = "phas
                     f"input gradient at {best(s, 'backward_input')}, the weight gradient at "
                     f"{best(s, 'backward_weight')} and the bias gradient at {best(s, 'backward_bias')}."
                     for s in shapes)
-    missing = [v for v in ("igemm", "winograd") if v not in measured]
+    missing = [v for v in ("igemm", "winograd", "winograd4") if v not in measured]
     if missing:
         text += (f" This run predates the {' and '.join(f'`{v}`' for v in missing)} "
                  f"rung{'s' if len(missing) > 1 else ''}: not measured yet (`{SCRIPTS['phase6_conv']}` on a GPU).")
