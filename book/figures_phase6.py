@@ -226,6 +226,27 @@ def phase6_conv_error(text_name: str = "phase6-conv-error-text") -> None:
     glue_md(text_name, "Measured: " + "; ".join(parts) + f". {res.provenance}")
 
 
+def phase6_conv_profile(text_name: str = "phase6-conv-profile-text") -> None:
+    """Nsight Compute's view of the Winograd and weight-gradient kernels on the ResNet layer, kernel by kernel."""
+    res = latest("phase6_conv_profile")
+    if res is None:
+        glue_md(text_name, missing_md("phase6_conv_profile", "ncu, then benchmarks/phase6_conv_profile.py",
+                                      "a GPU"))
+        return
+    names = {"forward winograd": "F(2×2, 3×3) forward", "forward winograd4": "F(4×4, 3×3) forward",
+             "input winograd4": "F(4×4, 3×3) input gradient", "weight igemm": "the weight gradient (`igemm`)"}
+    parts = []
+    for pass_, label in names.items():
+        rows = [r for r in res.rows if r.get("pass") == pass_]
+        if not rows:
+            continue
+        each = ", ".join(f"`{r['kernel']}` {fmt_time(r['seconds'])} ({r['dram_pct']:.0f}% of the DRAM bandwidth, "
+                         f"{r['sm_pct']:.0f}% of the SMs' throughput, occupancy {r['achieved_occupancy_pct']:.0f}%)"
+                         for r in rows)
+        parts.append(f"{label}: {each}")
+    glue_md(text_name, "Measured with `ncu --set full`: " + "; ".join(parts) + f". {res.provenance}")
+
+
 def phase6_maxpool(text_name: str = "phase6-maxpool-text") -> None:
     found = _full("phase6_conv")
     if found is None:
