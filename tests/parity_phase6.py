@@ -209,7 +209,7 @@ def _conv(function: str) -> Callable:
             chunk = 16  # several chunks: one partial sum each
             chunks = (nb * p * q + chunk - 1) // chunk
             partial = _poison((chunks, k, c * r * r))
-            launch(((c * r * r + 127) // 128, (k + 63) // 64, chunks), (256,),
+            launch(((c * r * r + 63) // 64, (k + 63) // 64, chunks), (256,),
                    (_dev(x), _dev(dy), partial, *sizes, np.int32(chunk)))
             expected = np.stack([dys[:, z * chunk:(z + 1) * chunk] @ cols[:, z * chunk:(z + 1) * chunk].T
                                  for z in range(chunks)])
