@@ -22,7 +22,8 @@ from common import write_results
 
 # ncu's metric name -> the row's key
 METRICS = {"Duration": "duration", "DRAM Throughput": "dram_pct", "Memory Throughput": "memory_pct",
-           "Compute (SM) Throughput": "sm_pct", "Achieved Occupancy": "achieved_occupancy_pct",
+           "Compute (SM) Throughput": "sm_pct", "L1/TEX Cache Throughput": "l1_pct",
+           "L2 Cache Throughput": "l2_pct", "Achieved Occupancy": "achieved_occupancy_pct",
            "Theoretical Occupancy": "theoretical_occupancy_pct", "Registers Per Thread": "registers",
            "L1/TEX Hit Rate": "l1_hit_pct", "L2 Hit Rate": "l2_hit_pct", "Executed Ipc Active": "ipc",
            "Block Limit Registers": "block_limit_registers", "Dynamic Shared Memory Per Block": "dynamic_smem",

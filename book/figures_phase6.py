@@ -42,7 +42,8 @@ except ModuleNotFoundError:  # Python 3.10
 
 SCRIPTS = {"phase6_conv": "benchmarks/phase6_conv.py", "phase6_mnist": "benchmarks/phase6_mnist.py",
            "phase6_mnist_recipe": "benchmarks/phase6_mnist_recipe.py",
-           "phase6_conv_error": "benchmarks/phase6_conv_error.py"}
+           "phase6_conv_error": "benchmarks/phase6_conv_error.py",
+           "phase6_conv_sweep": "benchmarks/phase6_conv_sweep.py"}
 SKY = "#56B4E9"  # Okabe-Ito's sky blue, for the Winograd rung
 DEEP_SKY = "#1F6F9F"  # a darker sky blue, for the Winograd F(4x4, 3x3) rung
 # The rungs in the ladder's order; a rung the JSON does not hold (measured before it existed) is absent.
@@ -241,10 +242,34 @@ def phase6_conv_profile(text_name: str = "phase6-conv-profile-text") -> None:
         if not rows:
             continue
         each = ", ".join(f"`{r['kernel']}` {fmt_time(r['seconds'])} ({r['dram_pct']:.0f}% of the DRAM bandwidth, "
-                         f"{r['sm_pct']:.0f}% of the SMs' throughput, occupancy {r['achieved_occupancy_pct']:.0f}%)"
-                         for r in rows)
+                         f"the L1/shared-memory pipeline {r['l1_pct']:.0f}% busy, {r['sm_pct']:.0f}% of the SMs' "
+                         f"throughput, {r['registers']:.0f} registers a thread, occupancy "
+                         f"{r['achieved_occupancy_pct']:.0f}%)" for r in rows)
         parts.append(f"{label}: {each}")
     glue_md(text_name, "Measured with `ncu --set full`: " + "; ".join(parts) + f". {res.provenance}")
+
+
+def phase6_conv_sweep(text_name: str = "phase6-conv-sweep-text") -> None:
+    """The weight gradient's speed against its split (MIN_CHUNK) on MNIST's layers, and what conv.py chose."""
+    res = latest("phase6_conv_sweep")
+    if res is None:
+        glue_md(text_name, missing_md("phase6_conv_sweep", SCRIPTS["phase6_conv_sweep"], "a GPU"))
+        return
+
+    def ratio(shape: str, variant: str, chunk: int) -> str:
+        found = [r["ratio"] for r in res.rows if r["pass"] == "weight" and r["shape"] == shape
+                 and r["variant"] == variant and r["min_chunk"] == chunk and r["split_blocks"] == 1024]
+        return f"{found[0]:.2f}×" if found else "not measured"
+
+    chunks = sorted({r["min_chunk"] for r in res.rows if r["pass"] == "weight"})
+    parts = []
+    for shape, variant in (("mnist-conv2", "igemm"), ("mnist-conv2", "tiled"), ("mnist-conv1", "tiled"),
+                           ("mnist-conv1", "igemm")):
+        each = ", ".join(f"{ratio(shape, variant, c)} at {c}" for c in chunks)
+        parts.append(f"{SHAPE_LABEL.get(shape, shape).split(' (')[0]}, `{variant}`: {each}")
+    glue_md(text_name, "The weight gradient against cuDNN for chunks of at least `MIN_CHUNK` positions "
+            "(`SPLIT_BLOCKS` 1024): " + "; ".join(parts) + ". `conv.py` now takes `MIN_CHUNK` = 128 and runs "
+            "`igemm` from 16 output channels (`tiled` below). " + res.provenance)
 
 
 def phase6_maxpool(text_name: str = "phase6-maxpool-text") -> None:
