@@ -10,8 +10,9 @@ measures per rung:
 - ``bitwise_equal_to_direct``: whether the rung's float32 outputs are the direct rung's, bit for bit (the same
   products summed in the same order).
 
-For Winograd F(2x2, 3x3) also ``winograd_scale``: the median, over the outputs, of the algorithm's own scale,
-|Aᵀ| (Σ_c (|G| |g| |Gᵀ|) ⊙ (|Bᵀ| |d| |B|)) |A|, over Σ|w·x|: how much larger the values it rounds are.
+For Winograd F(2x2, 3x3) (``winograd``) and F(4x4, 3x3) (``winograd4``) also ``winograd_scale``: the median,
+over the outputs, of the algorithm's own scale, |Aᵀ| (Σ_c (|G| |g| |Gᵀ|) ⊙ (|Bᵀ| |d| |B|)) |A| with its own
+matrices, over Σ|w·x|: how much larger the values it rounds are.
 Writes ``benchmarks/results/phase6_conv_error-<device>.json``.
 """
 
@@ -29,11 +30,18 @@ LABS = ("phase1_memory", "phase2_kernels", "phase3a_forward", "phase3b_backward"
         "phase5_fast", "phase6_cnn")
 # name: (N, C, H, W, K), 3 x 3 filters, stride 1, padding 1: the benchmark's layers with fewer images
 LAYERS = {"mnist-conv2": (4, 8, 14, 14, 16), "resnet": (1, 64, 28, 28, 64)}
-RUNGS = ("direct", "tiled", "igemm", "winograd")
+RUNGS = ("direct", "tiled", "igemm", "winograd", "winograd4")
 EPS32 = float(np.finfo(np.float32).eps)
 G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
 AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
+G4 = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+               [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+BT4 = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0],
+                [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], dtype=np.float64)
+AT4 = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+               dtype=np.float64)
+WINOGRAD = {"winograd": (2, G, BT, AT), "winograd4": (4, G4, BT4, AT4)}  # rung: (tile, G, B^T, A^T)
 
 
 def conv64(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
@@ -42,20 +50,21 @@ def conv64(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
     return np.einsum("ncpqrs,kcrs->nkpq", win, w, optimize=True)
 
 
-def winograd_scale(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
+def winograd_scale(x: np.ndarray, w: np.ndarray, pad: int, rung: str = "winograd") -> np.ndarray:
     """|A^T| (sum over c of (|G||g||G^T|) * (|B^T||d||B|)) |A|, (N, K, P, Q): what Winograd rounds."""
+    tile, g, bt, at = WINOGRAD[rung]
     n, c, h, wd = x.shape
     p, q = h + 2 * pad - 2, wd + 2 * pad - 2
-    tp, tq = (p + 1) // 2, (q + 1) // 2
-    xp = np.zeros((n, c, 2 * tp + 2, 2 * tq + 2))
-    rows, cols = min(h, 2 * tp + 2 - pad), min(wd, 2 * tq + 2 - pad)
+    tp, tq = (p + tile - 1) // tile, (q + tile - 1) // tile
+    xp = np.zeros((n, c, tile * tp + 2, tile * tq + 2))
+    rows, cols = min(h, tile * tp + 2 - pad), min(wd, tile * tq + 2 - pad)
     xp[:, :, pad:pad + rows, pad:pad + cols] = np.abs(x[:, :, :rows, :cols])
-    d = np.lib.stride_tricks.sliding_window_view(xp, (4, 4), axis=(2, 3))[:, :, ::2, ::2]
-    u = np.abs(G) @ np.abs(w) @ np.abs(G).T
-    v = np.abs(BT) @ d @ np.abs(BT).T
+    d = np.lib.stride_tricks.sliding_window_view(xp, (tile + 2, tile + 2), axis=(2, 3))[:, :, ::tile, ::tile]
+    u = np.abs(g) @ np.abs(w) @ np.abs(g).T
+    v = np.abs(bt) @ d @ np.abs(bt).T
     m = np.einsum("kcab,nctuab->nktuab", u, v, optimize=True)
-    y = np.abs(AT) @ m @ np.abs(AT).T
-    return y.transpose(0, 1, 2, 4, 3, 5).reshape(n, -1, 2 * tp, 2 * tq)[:, :, :p, :q]
+    y = np.abs(at) @ m @ np.abs(at).T
+    return y.transpose(0, 1, 2, 4, 3, 5).reshape(n, -1, tile * tp, tile * tq)[:, :, :p, :q]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         w = (rng.standard_normal((k, c, 3, 3)) / np.sqrt(9 * c)).astype(np.float32)
         ref = conv64(x.astype(np.float64), w.astype(np.float64), 1)
         scale = conv64(np.abs(x.astype(np.float64)), np.abs(w.astype(np.float64)), 1)
-        wscale = float(np.median(winograd_scale(x.astype(np.float64), w.astype(np.float64), 1) / scale))
+        wscale = {rung: float(np.median(winograd_scale(x.astype(np.float64), w.astype(np.float64), 1, rung) / scale))
+                  for rung in WINOGRAD}
         xd, wdv, b = backend.asarray(x), backend.asarray(w), backend.zeros((k,))
         direct = None
         for rung in RUNGS:
@@ -94,12 +104,12 @@ def main(argv: list[str] | None = None) -> int:
                    "eps_of_scale": float((err / scale).max() / EPS32),
                    "mean_eps_of_scale": float((err / scale).mean() / EPS32),
                    "bitwise_equal_to_direct": bool(np.array_equal(got, direct))}
-            if rung == "winograd":
-                row["winograd_scale"] = wscale
+            if rung in WINOGRAD:
+                row["winograd_scale"] = wscale[rung]
             rows.append(row)
             print(f"{name:>12} {rung:>9}: largest error {row['max_rel']:.2e} of the largest output, "
                   f"{row['eps_of_scale']:.2f} eps (mean {row['mean_eps_of_scale']:.3f}) of sum |w x|"
-                  + (f"; Winograd's own scale {wscale:.2f} x sum |w x|" if rung == "winograd" else ""),
+                  + (f"; Winograd's own scale {wscale[rung]:.2f} x sum |w x|" if rung in WINOGRAD else ""),
                   flush=True)
     device = gpu_name() if args.gpu else emulator_name()
     write_results("phase6_conv_error", device, rows, eps32=EPS32)

@@ -42,10 +42,13 @@ except ModuleNotFoundError:  # Python 3.10
 
 SCRIPTS = {"phase6_conv": "benchmarks/phase6_conv.py", "phase6_mnist": "benchmarks/phase6_mnist.py",
            "phase6_mnist_recipe": "benchmarks/phase6_mnist_recipe.py",
-           "phase6_conv_error": "benchmarks/phase6_conv_error.py"}
+           "phase6_conv_error": "benchmarks/phase6_conv_error.py",
+           "phase6_conv_sweep": "benchmarks/phase6_conv_sweep.py"}
 SKY = "#56B4E9"  # Okabe-Ito's sky blue, for the Winograd rung
+DEEP_SKY = "#1F6F9F"  # a darker sky blue, for the Winograd F(4x4, 3x3) rung
 # The rungs in the ladder's order; a rung the JSON does not hold (measured before it existed) is absent.
 VARIANT_STYLE = {"direct": VERMILLION, "im2col": ORANGE, "tiled": GREEN, "igemm": PURPLE, "winograd": SKY,
+                 "winograd4": DEEP_SKY,
                  "best": BLUE, "best_tuned": "#0B3C5D", "cudnn": GREY}
 PASS_LABEL = {"forward": "forward", "backward_input": "input gradient", "backward_weight": "weight gradient",
               "backward_bias": "bias gradient"}
@@ -189,7 +192,7 @@ def phase6_conv_ladder(fig_name: str = "fig-phase6-conv", text_name: str = "phas
                     f"input gradient at {best(s, 'backward_input')}, the weight gradient at "
                     f"{best(s, 'backward_weight')} and the bias gradient at {best(s, 'backward_bias')}."
                     for s in shapes)
-    missing = [v for v in ("igemm", "winograd") if v not in measured]
+    missing = [v for v in ("igemm", "winograd", "winograd4") if v not in measured]
     if missing:
         text += (f" This run predates the {' and '.join(f'`{v}`' for v in missing)} "
                  f"rung{'s' if len(missing) > 1 else ''}: not measured yet (`{SCRIPTS['phase6_conv']}` on a GPU).")
@@ -202,6 +205,12 @@ def phase6_conv_error(text_name: str = "phase6-conv-error-text") -> None:
     if res is None:
         glue_md(text_name, missing_md("phase6_conv_error", SCRIPTS["phase6_conv_error"], "the emulator or a GPU"))
         return
+    def four(row: dict | None) -> str:  # F(4x4, 3x3), in results that measured it
+        if row is None:
+            return ""
+        return (f"; F(4×4, 3×3)'s largest error is {row['eps_of_scale']:.2f} ε, its values "
+                f"{row['winograd_scale']:.1f} times Σ|w·x|")
+
     parts = []
     for layer in dict.fromkeys(r["layer"] for r in res.rows):
         rung = {r["rung"]: r for r in res.rows if r["layer"] == layer}
@@ -214,8 +223,53 @@ def phase6_conv_error(text_name: str = "phase6-conv-error-text") -> None:
                      f"{direct['k']} channels, {direct['h']} × {direct['w']}) the direct rung's largest error is "
                      f"{direct['eps_of_scale']:.2f} ε of Σ|w·x| and Winograd's {wino['eps_of_scale']:.2f} ε, "
                      f"although the values Winograd rounds are {wino['winograd_scale']:.1f} times Σ|w·x| "
-                     f"(the implicit GEMM: {same})")
+                     f"(the implicit GEMM: {same})" + four(rung.get("winograd4")))
     glue_md(text_name, "Measured: " + "; ".join(parts) + f". {res.provenance}")
+
+
+def phase6_conv_profile(text_name: str = "phase6-conv-profile-text") -> None:
+    """Nsight Compute's view of the Winograd and weight-gradient kernels on the ResNet layer, kernel by kernel."""
+    res = latest("phase6_conv_profile")
+    if res is None:
+        glue_md(text_name, missing_md("phase6_conv_profile", "ncu, then benchmarks/phase6_conv_profile.py",
+                                      "a GPU"))
+        return
+    names = {"forward winograd": "F(2×2, 3×3) forward", "forward winograd4": "F(4×4, 3×3) forward",
+             "input winograd4": "F(4×4, 3×3) input gradient", "weight igemm": "the weight gradient (`igemm`)"}
+    parts = []
+    for pass_, label in names.items():
+        rows = [r for r in res.rows if r.get("pass") == pass_]
+        if not rows:
+            continue
+        each = ", ".join(f"`{r['kernel']}` {fmt_time(r['seconds'])} ({r['dram_pct']:.0f}% of the DRAM bandwidth, "
+                         f"the L1/shared-memory pipeline {r['l1_pct']:.0f}% busy, {r['sm_pct']:.0f}% of the SMs' "
+                         f"throughput, {r['registers']:.0f} registers a thread, occupancy "
+                         f"{r['achieved_occupancy_pct']:.0f}%)" for r in rows)
+        parts.append(f"{label}: {each}")
+    glue_md(text_name, "Measured with `ncu --set full`: " + "; ".join(parts) + f". {res.provenance}")
+
+
+def phase6_conv_sweep(text_name: str = "phase6-conv-sweep-text") -> None:
+    """The weight gradient's speed against its split (MIN_CHUNK) on MNIST's layers, and what conv.py chose."""
+    res = latest("phase6_conv_sweep")
+    if res is None:
+        glue_md(text_name, missing_md("phase6_conv_sweep", SCRIPTS["phase6_conv_sweep"], "a GPU"))
+        return
+
+    def ratio(shape: str, variant: str, chunk: int) -> str:
+        found = [r["ratio"] for r in res.rows if r["pass"] == "weight" and r["shape"] == shape
+                 and r["variant"] == variant and r["min_chunk"] == chunk and r["split_blocks"] == 1024]
+        return f"{found[0]:.2f}×" if found else "not measured"
+
+    chunks = sorted({r["min_chunk"] for r in res.rows if r["pass"] == "weight"})
+    parts = []
+    for shape, variant in (("mnist-conv2", "igemm"), ("mnist-conv2", "tiled"), ("mnist-conv1", "tiled"),
+                           ("mnist-conv1", "igemm")):
+        each = ", ".join(f"{ratio(shape, variant, c)} at {c}" for c in chunks)
+        parts.append(f"{SHAPE_LABEL.get(shape, shape).split(' (')[0]}, `{variant}`: {each}")
+    glue_md(text_name, "The weight gradient against cuDNN for chunks of at least `MIN_CHUNK` positions "
+            "(`SPLIT_BLOCKS` 1024): " + "; ".join(parts) + ". `conv.py` now takes `MIN_CHUNK` = 128 and runs "
+            "`igemm` from 16 output channels (`tiled` below). " + res.provenance)
 
 
 def phase6_maxpool(text_name: str = "phase6-maxpool-text") -> None:

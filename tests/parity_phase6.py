@@ -135,7 +135,7 @@ def _conv(function: str) -> Callable:
                 ih, iw = 15 * stride + r, 15 * stride + r
                 tiles = ((p + 15) // 16) * ((q + 15) // 16)
                 launch((tiles, (k + 7) // 8, nb), (16, 16), (_dev(x), _dev(w), _dev(b), y, *sizes),
-                       shared_mem=4 * (ih * iw + 8 * r * r))
+                       shared_mem=4 * 4 * (ih * iw + 8 * r * r))  # 4 channels (CGROUP) a step
             return backend.asnumpy(y), _ref_conv(x, w, stride, pad) + b[None, :, None, None]
         if function == "im2col":
             cols = _poison((c * r * r, nb * p * q))
@@ -234,47 +234,65 @@ WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1
 WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
 
 
+WINOGRAD4_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                        [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+WINOGRAD4_BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0],
+                         [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], dtype=np.float64)
+WINOGRAD4_AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+                        dtype=np.float64)
+
+
 def _winograd(function: str) -> Callable:
+    tile = 4 if function.startswith("winograd4") else 2  # rung 6, F(4x4, 3x3), or rung 5, F(2x2, 3x3)
+    mat_g, mat_bt, mat_at = ((WINOGRAD4_G, WINOGRAD4_BT, WINOGRAD4_AT) if tile == 4
+                             else (WINOGRAD_G, WINOGRAD_BT, WINOGRAD_AT))
+    alpha = tile + 2
+    e = alpha * alpha
+
     def case(n: int, rng: np.random.Generator):
         nb, c, h, wd, k = n % 2 + 1, n % 3 + 1, n % 7 + 2, n % 5 + 3, n % 9 + 1
         pad = n % 2
         p, q = h + 2 * pad - 2, wd + 2 * pad - 2
-        tp, tq = (p + 1) // 2, (q + 1) // 2
+        tp, tq = (p + tile - 1) // tile, (q + tile - 1) // tile
         t = nb * tp * tq
         ints = lambda *shape: rng.integers(-2, 3, shape).astype(np.float32)  # noqa: E731
         launch = kernels.load_kernel("conv.cu", function)
         small = ((3,), (64,))
         i32 = lambda *v: tuple(np.int32(a) for a in v)  # noqa: E731
-        if function == "winograd_filter":
-            w = ints(k, c, 3, 3)
-            u = _poison((16, k, c))
-            launch(*small, (_dev(w), u, *i32(k, c)))
-            return backend.asnumpy(u), (WINOGRAD_G @ w @ WINOGRAD_G.T).reshape(k, c, 16).transpose(2, 0, 1)
-        if function == "winograd_input":
+        if function.endswith("_filter"):  # odd cases: flip = 1, the input gradient's U[e][c][k] of w rotated
+            # F(4x4)'s G divides by 4, 6, 12 and 24, twice: multiples of 576 keep every step a whole number
+            w, flip = ints(k, c, 3, 3) * (576 if tile == 4 else 1), n % 2
+            u = _poison((e, c, k) if flip else (e, k, c))
+            launch(*small, (_dev(w), u, *i32(k, c, flip)))
+            g = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3) if flip else w
+            exact = mat_g @ g @ mat_g.T  # whole numbers, which float64's 1/6 misses by an ulp: rounded back
+            exact = np.rint(exact) if tile == 4 else exact
+            return backend.asnumpy(u), exact.reshape(*g.shape[:2], e).transpose(2, 0, 1)
+        if function.endswith("_input"):
             x = ints(nb, c, h, wd)
-            v = _poison((16, c, t))
+            v = _poison((e, c, t))
             launch(*small, (_dev(x), v, *i32(nb, c, h, wd, pad, tp, tq)))
-            xp = np.zeros((nb, c, 2 * tp + 2, 2 * tq + 2))
-            rows, cols = min(h, 2 * tp + 2 - pad), min(wd, 2 * tq + 2 - pad)
+            xp = np.zeros((nb, c, tile * tp + 2, tile * tq + 2))
+            rows, cols = min(h, tile * tp + 2 - pad), min(wd, tile * tq + 2 - pad)
             xp[:, :, pad:pad + rows, pad:pad + cols] = x[:, :, :rows, :cols]
-            d = np.lib.stride_tricks.sliding_window_view(xp, (4, 4), axis=(2, 3))[:, :, ::2, ::2]
-            return backend.asnumpy(v), (WINOGRAD_BT @ d @ WINOGRAD_BT.T).transpose(4, 5, 1, 0, 2, 3).reshape(
-                16, c, t)
+            d = np.lib.stride_tricks.sliding_window_view(xp, (alpha, alpha), axis=(2, 3))[:, :, ::tile, ::tile]
+            return backend.asnumpy(v), (mat_bt @ d @ mat_bt.T).transpose(4, 5, 1, 0, 2, 3).reshape(e, c, t)
         if function == "winograd_gemm":
             u, v = ints(16, k, c), ints(16, c, t)
             m = _poison((16, k, t))
             launch(((t + 127) // 128, (k + 63) // 64, 16), (256,), (_dev(u), _dev(v), m, *i32(k, c, t)))
             return backend.asnumpy(m), np.einsum("ekc,ect->ekt", u.astype(np.float64), v.astype(np.float64))
-        m, b = ints(16, k, t), ints(k)
+        m, b = ints(e, k, t), ints(k)
         y = _poison((nb, k, p, q))
         launch(*small, (_dev(m), _dev(b), y, *i32(nb, k, p, q, tp, tq)))
-        tiles = m.astype(np.float64).reshape(4, 4, k, nb, tp, tq).transpose(3, 2, 4, 5, 0, 1)
-        full = (WINOGRAD_AT @ tiles @ WINOGRAD_AT.T).transpose(0, 1, 2, 4, 3, 5).reshape(nb, k, 2 * tp, 2 * tq)
+        tiles = m.astype(np.float64).reshape(alpha, alpha, k, nb, tp, tq).transpose(3, 2, 4, 5, 0, 1)
+        full = (mat_at @ tiles @ mat_at.T).transpose(0, 1, 2, 4, 3, 5).reshape(nb, k, tile * tp, tile * tq)
         return backend.asnumpy(y), full[:, :, :p, :q] + b[None, :, None, None]
     return case
 
 
-WINOGRAD_KERNELS = ("winograd_filter", "winograd_input", "winograd_gemm", "winograd_output")
+WINOGRAD_KERNELS = ("winograd_filter", "winograd_input", "winograd_gemm", "winograd_output", "winograd4_filter",
+                    "winograd4_input", "winograd4_output")
 
 
 # ---------------------------------------------------------------- maxpool.cu

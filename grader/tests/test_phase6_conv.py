@@ -24,14 +24,24 @@ from minitorch import backend, kernels
 ON_GPU = backend.get_device() == "cuda"
 EPS32 = float(np.finfo(np.float32).eps)
 FORWARD = {"direct": "conv2d_direct", "im2col": "im2col", "tiled": "conv2d_tiled", "igemm": "conv2d_igemm",
-           "winograd": "winograd_gemm"}
-BACKWARD_INPUT = {"direct": "conv2d_backward_input", "im2col": "col2im", "igemm": "conv2d_backward_input_igemm"}
+           "winograd": "winograd_gemm", "winograd4": "winograd4_input"}
+BACKWARD_INPUT = {"direct": "conv2d_backward_input", "im2col": "col2im", "igemm": "conv2d_backward_input_igemm",
+                  "winograd": "winograd_filter", "winograd4": "winograd4_filter"}
 BACKWARD_WEIGHT = {"direct": "conv2d_backward_weight", "im2col": "im2col", "tiled": "conv2d_backward_weight_tiled",
                    "igemm": "conv2d_backward_weight_igemm"}
 # Winograd F(2x2, 3x3): U = G g G^T, V = B^T d B, Y = A^T M A (conv.cu's comment)
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
 WINOGRAD_AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], dtype=np.float64)
+# Winograd F(4x4, 3x3) (rung 6, kernels winograd4_*): Lavin and Gray's matrices
+WINOGRAD4_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6], [1 / 24, 1 / 12, 1 / 6],
+                        [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+WINOGRAD4_BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0], [0, -2, -1, 2, 1, 0],
+                         [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], dtype=np.float64)
+WINOGRAD4_AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]],
+                        dtype=np.float64)
+WINOGRAD = {2: (WINOGRAD_G, WINOGRAD_BT, WINOGRAD_AT), 4: (WINOGRAD4_G, WINOGRAD4_BT, WINOGRAD4_AT)}
+WINOGRAD_TILE = {"winograd": 2, "winograd4": 4}  # rung -> outputs a tile side
 # (N, C, H, W, K, R, stride, padding): a single pixel, a 1x1 filter, odd sizes, 5x5 at stride 2, 7x7 with padding
 # 3, stride 2 without padding, 9 output channels (two channel tiles of 8, the second nearly empty), MNIST's layers,
 # and non-square filters, R = (rows, columns): 3 x 5 and 1 x 3 (a kernel that mixes up R and S, the filter's
@@ -104,28 +114,29 @@ def rounding_bound(terms: int, magnitudes: np.ndarray) -> np.ndarray:
     return terms * EPS32 * magnitudes + 1e-30
 
 
-def winograd_patches(x: np.ndarray, pad: int, p: int, q: int) -> np.ndarray:
-    """(N, C, ceil(P/2), ceil(Q/2), 4, 4): the input patch of every 2 x 2 block of outputs, 0 outside the image."""
-    tp, tq = (p + 1) // 2, (q + 1) // 2
+def winograd_patches(x: np.ndarray, pad: int, p: int, q: int, tile: int = 2) -> np.ndarray:
+    """(N, C, ceil(P/tile), ceil(Q/tile), tile + 2, tile + 2): the input patch of every tile x tile block of
+    outputs, 0 outside the image."""
+    tp, tq = (p + tile - 1) // tile, (q + tile - 1) // tile
     n, c, h, w = x.shape
-    xp = np.zeros((n, c, 2 * tp + 2, 2 * tq + 2))
-    rows, cols = min(h, 2 * tp + 2 - pad), min(w, 2 * tq + 2 - pad)
+    xp = np.zeros((n, c, tile * tp + 2, tile * tq + 2))
+    rows, cols = min(h, tile * tp + 2 - pad), min(w, tile * tq + 2 - pad)
     xp[:, :, pad:pad + rows, pad:pad + cols] = x[:, :, :rows, :cols]
-    return np.lib.stride_tricks.sliding_window_view(xp, (4, 4), axis=(2, 3))[:, :, ::2, ::2]
+    return np.lib.stride_tricks.sliding_window_view(xp, (tile + 2, tile + 2), axis=(2, 3))[:, :, ::tile, ::tile]
 
 
-def winograd_magnitudes(x: np.ndarray, w: np.ndarray, pad: int, p: int, q: int) -> np.ndarray:
+def winograd_magnitudes(x: np.ndarray, w: np.ndarray, pad: int, p: int, q: int, tile: int = 2) -> np.ndarray:
     """The Winograd rung's rounding scale, (N, K, P, Q): the algorithm run in float64 on absolute values, |A^T|
     (sum over c of (|G| |g| |G^T|) * (|B^T| |d| |B|)) |A|. Its float32 error is a few epsilons of this, which
     can be far more than the direct sum's scale sum |w x|: the transforms add and subtract before they multiply,
     and what cancels in exact arithmetic still rounds."""
-    g, bt, at = np.abs(WINOGRAD_G), np.abs(WINOGRAD_BT), np.abs(WINOGRAD_AT)
-    u = g @ np.abs(w.astype(np.float64)) @ g.T                          # (K, C, 4, 4)
-    v = bt @ np.abs(winograd_patches(x.astype(np.float64), pad, p, q)) @ bt.T   # (N, C, TP, TQ, 4, 4)
+    g, bt, at = (np.abs(a) for a in WINOGRAD[tile])
+    u = g @ np.abs(w.astype(np.float64)) @ g.T                          # (K, C, tile + 2, tile + 2)
+    v = bt @ np.abs(winograd_patches(x.astype(np.float64), pad, p, q, tile)) @ bt.T   # (N, C, TP, TQ, ...)
     m = np.einsum("kcab,nctuab->nktuab", u, v, optimize=True)
-    y = at @ m @ at.T                                                   # (N, K, TP, TQ, 2, 2)
+    y = at @ m @ at.T                                                   # (N, K, TP, TQ, tile, tile)
     n, k, tp, tq = y.shape[:4]
-    return y.transpose(0, 1, 2, 4, 3, 5).reshape(n, k, 2 * tp, 2 * tq)[:, :, :p, :q]
+    return y.transpose(0, 1, 2, 4, 3, 5).reshape(n, k, tile * tp, tile * tq)[:, :, :p, :q]
 
 
 def winograd_applies(r: int, s: int, stride: int) -> bool:
@@ -201,7 +212,7 @@ def test_conv_forward_values(variant, shape):
     expected = ref_conv(x_h, w_h, b_h, stride, pad)
     x, wt, b, y = backend.asarray(x_h), backend.asarray(w_h), backend.asarray(b_h), checks.poison(expected.shape)
     what = f"conv2d(variant={variant!r}) of x {x_h.shape} with w {w_h.shape}, stride {stride}, padding {pad}"
-    if variant == "winograd" and not winograd_applies(r, s, stride):
+    if variant in WINOGRAD_TILE and not winograd_applies(r, s, stride):
         checks.expect_error(f"{what} (Winograd F(2x2, 3x3) computes 3 x 3 filters at stride 1 only)",
                             lambda: conv().conv2d(x, wt, b, y, stride, pad, variant), ValueError, "winograd")
         return
@@ -210,8 +221,9 @@ def test_conv_forward_values(variant, shape):
     if variant in FORWARD:
         require(FORWARD[variant], what)
     bound = rounding_bound(c * r * s + 1, ref_conv(np.abs(x_h), np.abs(w_h), np.abs(b_h), stride, pad))
-    if variant == "winograd":  # c products of transformed values, then 3 transforms' sums (see winograd_magnitudes)
-        bound = bound + rounding_bound(c + 12, winograd_magnitudes(x_h, w_h, pad, *expected.shape[2:]))
+    if variant in WINOGRAD_TILE:  # c products of transformed values, then 3 transforms' sums (winograd_magnitudes)
+        tile = WINOGRAD_TILE[variant]
+        bound = bound + rounding_bound(c + 6 * tile, winograd_magnitudes(x_h, w_h, pad, *expected.shape[2:], tile))
     flipped = ref_conv(x_h, w_h[:, :, ::-1, ::-1], b_h, stride, pad) if r * s > 1 else None
     check_conv_output(y, expected, bound, what, shape, flipped)
     checks.assert_bitwise_equal(x, x_h, what=f"{what}: x after the call (must not change)")
@@ -283,11 +295,19 @@ def test_conv_backward_input_values(variant, shape):
     dy, wt, dx = backend.asarray(dy_h), backend.asarray(w_h), checks.poison(x_h.shape)
     what = f"conv2d_backward_input(variant={variant!r}) for x {x_h.shape}, w {w_h.shape}, stride {stride}, " \
            f"padding {pad}"
+    if variant in WINOGRAD_TILE and not (winograd_applies(r, s, stride) and pad <= 2):
+        checks.expect_error(f"{what} (Winograd runs the input's gradient of 3 x 3 filters at stride 1, padded by "
+                            f"at most 2)", lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant),
+                            ValueError, "winograd")
+        return
     checks.reset_launches()
     on_device(what, lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant))
     if variant in BACKWARD_INPUT:
         require(BACKWARD_INPUT[variant], what)
     bound = rounding_bound(k * r * s, ref_backward_input(np.abs(dy_h), np.abs(w_h), x_h.shape, stride, pad))
+    if variant in WINOGRAD_TILE:  # the forward rung on dy, w rotated with its channels swapped, padded by 2 - pad
+        tile, w_flipped = WINOGRAD_TILE[variant], w_h[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
+        bound = bound + rounding_bound(k + 6 * tile, winograd_magnitudes(dy_h, w_flipped, 2 - pad, h, w, tile))
     check_conv_output(dx, expected, bound, what)
 
 
@@ -402,8 +422,8 @@ def test_conv_launcher_rejects_bad_arguments():
 
 
 @pytest.mark.parametrize("call", ["forward-direct", "forward-im2col", "forward-tiled", "forward-igemm",
-                                  "forward-winograd", "input-direct", "input-im2col", "input-igemm",
-                                  "weight-direct", "weight-tiled", "weight-igemm", "bias"])
+                                  "forward-winograd", "forward-winograd4", "input-direct", "input-im2col",
+                                  "input-igemm", "input-winograd", "input-winograd4", "weight-direct", "weight-tiled", "weight-igemm", "bias"])
 @pytest.mark.hint("compute the result with your kernels, on the device: no NumPy/CuPy/PyTorch result copied in "
                   "after the launch")
 def test_conv_results_come_from_your_kernels(call):
@@ -427,43 +447,60 @@ def test_conv_results_come_from_your_kernels(call):
     checks.assert_computed_on_device(f"conv.py {call}", fn, inputs=inputs, outputs=(out,), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("kernel", [pytest.param(k, marks=pytest.mark.kernel("conv.cu", k), id=k)
-                                    for k in ("winograd_filter", "winograd_input", "winograd_output")])
-@pytest.mark.hint("each transform on its own: U = G g G^T (4 x 4 per filter and channel), V = B^T d B (4 x 4 per "
-                  "channel and patch, 0 outside the image), y = A^T M A + b (2 x 2 per filter and patch); the "
-                  "matrices are in conv.cu's comment above winograd_filter")
+@pytest.mark.parametrize("kernel", [pytest.param(k, marks=pytest.mark.kernel("conv.cu", k.partition("-")[0]), id=k)
+                                    for rung in ("winograd", "winograd4")
+                                    for k in (f"{rung}_filter", f"{rung}_filter-flip", f"{rung}_input",
+                                              f"{rung}_output")])
+@pytest.mark.hint("each transform on its own: U = G g G^T ((tile + 2)^2 per filter and channel), V = B^T d B (per "
+                  "channel and patch, 0 outside the image), y = A^T M A + b (tile x tile per filter and patch); the "
+                  "matrices are in conv.cu's comments above winograd_filter (F(2x2, 3x3)) and winograd4_filter "
+                  "(F(4x4, 3x3))")
 def test_winograd_transforms(kernel):
-    """Each of the Winograd rung's three transforms against the matrices in float64, launched by the grader (3 blocks
-    of 64 threads: a grid-stride loop), on 5 x 7 images padded by 1: odd P and Q, partial patches at the edge."""
+    """Each of the Winograd rungs' three transforms against the matrices in float64, launched by the grader (3 blocks
+    of 64 threads: a grid-stride loop), on 5 x 7 images padded by 1: P and Q no multiple of the tile, partial
+    patches at the edge. The filter transform also with flip = 1 (the input gradient's filters)."""
     n, c, h, w, k, pad = 2, 3, 5, 7, 4, 1
     p, q = h + 2 * pad - 2, w + 2 * pad - 2
-    tp, tq = (p + 1) // 2, (q + 1) // 2
-    t = n * tp * tq
     g = checks.rng("winograd", kernel)
+    kernel, _, flip = kernel.partition("-")
+    rung, _, part = kernel.partition("_")
+    tile = WINOGRAD_TILE[rung]
+    mat_g, mat_bt, mat_at = WINOGRAD[tile]
+    e = (tile + 2) ** 2
+    tp, tq = (p + tile - 1) // tile, (q + tile - 1) // tile
+    t = n * tp * tq
     fn = kernels.load_kernel("conv.cu", kernel)
     ints = partial(map, np.int32)
-    if kernel == "winograd_filter":
+    if part == "filter" and flip:  # U[e][c][k] of w[k][c] rotated by 180 degrees
         w_h = g.standard_normal((k, c, 3, 3)).astype(np.float32)
-        u = checks.poison((16, k, c))
-        expected = (WINOGRAD_G @ w_h.astype(np.float64) @ WINOGRAD_G.T).reshape(k, c, 16).transpose(2, 0, 1)
-        args, outputs = (backend.asarray(w_h), u, *ints((k, c))), {"U": (u, expected)}
-    elif kernel == "winograd_input":
+        u = checks.poison((e, c, k))
+        rotated = w_h[:, :, ::-1, ::-1].transpose(1, 0, 2, 3).astype(np.float64)
+        expected = (mat_g @ rotated @ mat_g.T).reshape(c, k, e).transpose(2, 0, 1)
+        args, outputs = (backend.asarray(w_h), u, *ints((k, c, 1))), {"U (flip = 1)": (u, expected)}
+    elif part == "filter":
+        w_h = g.standard_normal((k, c, 3, 3)).astype(np.float32)
+        u = checks.poison((e, k, c))
+        expected = (mat_g @ w_h.astype(np.float64) @ mat_g.T).reshape(k, c, e).transpose(2, 0, 1)
+        args, outputs = (backend.asarray(w_h), u, *ints((k, c, 0))), {"U": (u, expected)}
+    elif part == "input":
         x_h = g.standard_normal((n, c, h, w)).astype(np.float32)
-        v = checks.poison((16, c, t))
-        d = winograd_patches(x_h.astype(np.float64), pad, p, q)  # (N, C, TP, TQ, 4, 4)
-        expected = (WINOGRAD_BT @ d @ WINOGRAD_BT.T).transpose(4, 5, 1, 0, 2, 3).reshape(16, c, t)
+        v = checks.poison((e, c, t))
+        d = winograd_patches(x_h.astype(np.float64), pad, p, q, tile)  # (N, C, TP, TQ, tile + 2, tile + 2)
+        expected = (mat_bt @ d @ mat_bt.T).transpose(4, 5, 1, 0, 2, 3).reshape(e, c, t)
         args, outputs = (backend.asarray(x_h), v, *ints((n, c, h, w, pad, tp, tq))), {"V": (v, expected)}
     else:
-        m_h = g.standard_normal((16, k, t)).astype(np.float32)
+        m_h = g.standard_normal((e, k, t)).astype(np.float32)
         b_h = g.standard_normal(k).astype(np.float32)
         y = checks.poison((n, k, p, q))
-        tiles = m_h.astype(np.float64).reshape(4, 4, k, n, tp, tq).transpose(3, 2, 4, 5, 0, 1)
-        full = (WINOGRAD_AT @ tiles @ WINOGRAD_AT.T).transpose(0, 1, 2, 4, 3, 5).reshape(n, k, 2 * tp, 2 * tq)
+        tiles = m_h.astype(np.float64).reshape(tile + 2, tile + 2, k, n, tp, tq).transpose(3, 2, 4, 5, 0, 1)
+        full = (mat_at @ tiles @ mat_at.T).transpose(0, 1, 2, 4, 3, 5).reshape(n, k, tile * tp, tile * tq)
         expected = full[:, :, :p, :q] + b_h[None, :, None, None]
         args = (backend.asarray(m_h), backend.asarray(b_h), y, *ints((n, k, p, q, tp, tq)))
         outputs = {"y": (y, expected)}
+    # F(4x4)'s sums of terms up to 8 (and 25) times their inputs: float32 rounds them at that scale
+    scale = max(float(np.abs(exp).max()) for _, exp in outputs.values()) if tile == 4 else 1.0
     checks.assert_grid_stride(f"{kernel} launched with 3 blocks of 64 threads", fn, args, outputs, rtol=1e-5,
-                              atol=1e-5)
+                              atol=1e-5 * scale)
 
 
 @pytest.mark.kernel("conv.cu", "conv2d_backward_weight_tiled")

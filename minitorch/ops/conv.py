@@ -3,7 +3,7 @@ bias. A cross-correlation, as in PyTorch: x (N, C, H, W), w (K, C, R, S), b (K,)
 
 On cpu the reference is NumPy in the tensors' dtype (float64 for gradient checks), through a view of the
 input's windows; on cuda/emu the learner's ``conv.py`` launchers, whose ``variant`` ("direct", "im2col",
-"tiled", "igemm", "winograd" (forward, 3 x 3 at stride 1) or "best") picks the rung of the ladder; a rung a pass
+"tiled", "igemm", "winograd", "winograd4" (3 x 3 at stride 1) or "best") picks the rung of the ladder; a rung a pass
 or a shape does not have is refused by the launcher, naming why.
 """
 
@@ -17,7 +17,7 @@ from minitorch import backend
 from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch
 from minitorch.tensor import Tensor
 
-VARIANTS = ("direct", "im2col", "tiled", "igemm", "winograd", "best")
+VARIANTS = ("direct", "im2col", "tiled", "igemm", "winograd", "winograd4", "best")
 
 
 def _int(op: str, name: str, value: object, low: int) -> int:
