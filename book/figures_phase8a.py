@@ -597,6 +597,13 @@ def _ncu_metric(row: dict, *names: str) -> float | None:
     return None
 
 
+def _stalls(row: dict) -> list[tuple[str, float]]:
+    """Nsight Compute's stall reasons of one kernel, largest first: (reason, cycles per issued instruction)."""
+    found = [(STALL.fullmatch(k).group(1), float(v[0])) for k, v in row.items()
+             if STALL.fullmatch(k) and isinstance(v[0], (int, float))]
+    return sorted(found, key=lambda s: -s[1])
+
+
 def _ncu_text(path: Path) -> str:
     import json
 
@@ -605,30 +612,32 @@ def _ncu_text(path: Path) -> str:
     five, six = rows.get("rung5_pipeline"), rows.get("rung6_wgmma")
     if not (five and six):
         return ""
+    # on these cards the hmma counters count wgmma too, and the gmma active-cycles counter reads n/a
     pipe = ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
             "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active")
-    sentences = []
     p5, p6 = _ncu_metric(five, pipe[1], pipe[0]), _ncu_metric(six, *pipe)
     i5, i6 = (_ncu_metric(r, "sm__inst_issued.avg.pct_of_peak_sustained_active") for r in (five, six))
     n5, n6 = (_ncu_metric(r, "smsp__inst_executed.sum") for r in (five, six))
     h5 = _ncu_metric(five, "sm__inst_executed_pipe_tensor_op_hmma.sum")
     g6 = _ncu_metric(six, "sm__inst_executed_pipe_tensor_op_gmma.sum", "sm__inst_executed_pipe_tensor_op_hmma.sum")
-    if None not in (p5, p6, i5, i6):
-        sentences.append(f"the tensor pipe was active {p5:.1f}% of the time under rung 5 and {p6:.1f}% under "
-                         f"rung 6, with {i5:.1f}% and {i6:.1f}% of the issue slots busy")
-    if None not in (n5, n6, h5, g6):
-        sentences.append(f"rung 5 executed {n5:,.0f} warp instructions, {h5:,.0f} of them `mma.sync` "
-                         f"({n5 / h5:.1f} instructions for each), rung 6 {n6:,.0f}, {g6:,.0f} of them wgmma")
-    for row, label in ((five, "rung 5's"), (six, "rung 6's")):
-        stalls = sorted(((STALL.fullmatch(k).group(1), float(v[0])) for k, v in row.items()
-                         if STALL.fullmatch(k) and isinstance(v[0], (int, float))), key=lambda s: -s[1])
-        if stalls:
-            top = ", ".join(f"`{name}` {value:.2f}" for name, value in stalls[:3])
-            sentences.append(f"{label} warps waited most on {top} (cycles per issued instruction)")
-    if not sentences:
+    ld5, ld6 = (_ncu_metric(r, "sm__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum") for r in (five, six))
+    c5, c6 = (_ncu_metric(r, "smsp__average_warp_latency_per_inst_issued.ratio") for r in (five, six))
+    if None in (p5, p6, i5, i6, n5, n6, h5, g6):
         return ""
-    return ("Nsight Compute, one launch of each of the lab's rungs 5 and 6 at 4096³ (bf16) on the "
-            f"{data['device'].replace('NVIDIA ', '')}: " + "; ".join(sentences) + f". From {_file(path)}.")
+    text = (f"Nsight Compute, one launch of each of the lab's rungs 5 and 6 at 4096³ (bf16) on the "
+            f"{data['device'].replace('NVIDIA ', '')}: the tensor pipe was active {p5:.1f}% of the time under rung 5 "
+            f"and {p6:.1f}% under rung 6, with {i5:.1f}% and {i6:.1f}% of the issue slots busy. Rung 5 executed "
+            f"{n5:,.0f} warp instructions, {h5:,.0f} of them `mma.sync` ({n5 / h5:.1f} instructions for each)"
+            + (f", and {ld5:,.0f} shared-memory wavefronts of `ldmatrix`" if ld5 else "")
+            + f"; rung 6 executed {n6:,.0f} ({n6 / n5:.2f} of rung 5's), {g6:,.0f} of them wgmma"
+            + (", and no `ldmatrix`" if ld6 == 0 else "") + ".")
+    for row, cpi, label in ((five, c5, "rung 5"), (six, c6, "rung 6")):
+        stalls = _stalls(row)
+        if stalls and cpi:
+            top = ", ".join(f"`{name}` {value:.2f}" for name, value in stalls[:3])
+            text += (f" A warp of {label} issued once every {cpi:.2f} cycles; the largest stall reasons, in cycles "
+                     f"per issued instruction: {top}.")
+    return text + f" From {_file(path)}."
 
 
 def phase8a_wgmma_lab() -> None:
