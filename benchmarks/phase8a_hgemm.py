@@ -1,10 +1,11 @@
 """Phase 8a benchmark: the HGEMM ladder (tensor cores) against cuBLAS, in one harness.
 
 In the manner of llm.c's dev/cuda: numbered kernel variants beside one launcher, each first validated, then
-timed. The kernels are ``benchmarks/kernels/hgemm.cu`` (rungs 1-5, and the mma.sync ceiling) and
-``benchmarks/kernels/hgemm_6_wgmma.cu`` (rung 6, sm_90a only, and the wgmma ceiling), compiled by CuPy's
-RawModule (NVRTC) and launched through the driver (``cuLaunchKernel`` by ctypes: rung 6 takes two
-128-byte ``CUtensorMap`` by value, made here by ``cuTensorMapEncodeTiled``).
+timed. The kernels are ``benchmarks/kernels/hgemm.cu`` (rungs 1-5, and the mma.sync ceiling) and the lab's own
+rung 6, ``hgemm_wgmma.cu`` of solutions/phase8a_tensor_cores.ipynb (sm_90a only), its two tensor maps taken by
+value here (``phase8a_wgmma.rung6_source``), with ``benchmarks/kernels/wgmma_peak.cu`` (the wgmma ceiling)
+appended; compiled by CuPy's RawModule (NVRTC) and launched through the driver (``cuLaunchKernel`` by ctypes:
+rung 6 takes the two 128-byte ``CUtensorMap``, made here by ``cuTensorMapEncodeTiled``, as one parameter).
 
 Rungs: 1 WMMA, one warp a 16x16 tile; 2 WMMA with shared-memory block tiles; 3 mma.sync + ldmatrix;
 4 the same with swizzled shared memory; 5 swizzled + a 4-stage cp.async pipeline; 6 wgmma fed by TMA and
@@ -48,6 +49,7 @@ from functools import partial
 from pathlib import Path
 
 from common import ROOT, gpu_name, kernel_resources, time_gpu, write_results
+from phase8a_wgmma import rung6_source
 
 from minitorch.backend import toolkit_include_options  # noqa: E402 (common puts the repository on sys.path)
 
@@ -177,7 +179,7 @@ class Driver:
 class Ladder:
     """The compiled rungs, and launchers for them."""
 
-    def __init__(self):
+    def __init__(self, rungs: tuple[int, ...] | None = None):
         import cupy
         import torch
 
@@ -186,21 +188,23 @@ class Ladder:
         self.hopper = (props.major, props.minor) == (9, 0)
         self.driver = Driver()
         self.rung5 = RUNG5_CONFIGS[0]
-        self.mn_offsets = (8192, 1024)  # LBO, SBO of an MN-major wgmma operand (see hgemm_6_wgmma.cu)
         arch = f"sm_{props.major}{props.minor}"
         names: dict[tuple, list[str]] = {}
         for v in variants(self.hopper):  # one module a rung (a rung-5 configuration): they compile in parallel
-            names.setdefault((v[0], v[5] if v[0] == 5 else None), []).append(kernel_names(*v))
-        names[(5, RUNG5_CONFIGS[0])] += ["mma_sync_peak<bf16>", "mma_sync_peak<fp16>"]
-        if self.hopper:
+            if rungs is None or v[0] in rungs:
+                names.setdefault((v[0], v[5] if v[0] == 5 else None), []).append(kernel_names(*v))
+        if (5, RUNG5_CONFIGS[0]) in names:
+            names[(5, RUNG5_CONFIGS[0])] += ["mma_sync_peak<bf16>", "mma_sync_peak<fp16>"]
+        if (6, None) in names:
             names[(6, None)] += ["wgmma_peak<bf16>", "wgmma_peak<fp16>"]
         opts = ("--std=c++17", "-lineinfo") + toolkit_include_options()
 
         def build(key):
             rung = key[0]
-            path, target = ("hgemm_6_wgmma.cu", "sm_90a") if rung == 6 else ("hgemm.cu", arch)
+            code = rung6_source(peak=True) if rung == 6 else (KERNELS / "hgemm.cu").read_text()
+            target = "sm_90a" if rung == 6 else arch
             start = time.perf_counter()
-            mod = cupy.RawModule(code=(KERNELS / path).read_text(), options=opts + (f"--gpu-architecture={target}",),
+            mod = cupy.RawModule(code=code, options=opts + (f"--gpu-architecture={target}",),
                                  name_expressions=names[key])
             funcs = {n: mod.get_function(n) for n in names[key]}
             return key, funcs, time.perf_counter() - start
@@ -272,10 +276,10 @@ class Ladder:
         tiles = math.ceil(m / 128) * math.ceil(n / 256)
         smem = RUNG_SMEM[6]
         self.driver.set_smem(func, smem)
-        tmap_a = (ctypes.c_uint8 * 128).from_address(map_a[1])
-        tmap_b = (ctypes.c_uint8 * 128).from_address(map_b[1])
-        args = [tmap_a, tmap_b, ctypes.c_uint64(out.data_ptr()), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k),
-                ctypes.c_int(_ld(out)), ctypes.c_int(self.mn_offsets[0]), ctypes.c_int(self.mn_offsets[1])]
+        assert _ld(out) == n, "the lab's rung 6 writes a contiguous C"
+        # one 256-byte parameter: A's map, then B's (the lab's kernel reads maps[0] and maps[1])
+        maps = (ctypes.c_uint8 * 256).from_buffer_copy(ctypes.string_at(map_a[1], 128) + ctypes.string_at(map_b[1], 128))
+        args = [maps, ctypes.c_uint64(out.data_ptr()), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
         launch = self.driver.launcher(func, (min(tiles, self.sms), 1), 384, smem, args)
         launch.keep += (a, b, out, map_a, map_b)
         return launch
@@ -503,7 +507,14 @@ def main() -> int:
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     parser.add_argument("--resources", help="write the kernels' registers and memory to this JSON file")
     parser.add_argument("--rung5", help="rung 5's tiles for --profile, e.g. 128,256,32,2,4,4 (default: the first)")
+    parser.add_argument("--rungs", help="with --validate-only: compile and validate these rungs only, e.g. 6")
     args = parser.parse_args()
+    if args.rungs:
+        if not args.validate_only:
+            parser.error("--rungs goes with --validate-only")
+        rungs = tuple(int(r) for r in args.rungs.split(","))
+        ladder = Ladder(rungs)
+        return 1 if validate(ladder, rungs=rungs)["failures"] else 0
     ladder = Ladder()
     if args.rung5:
         ladder.rung5 = tuple(int(v) for v in args.rung5.split(","))
@@ -522,16 +533,6 @@ def main() -> int:
         Path(args.resources).write_text(json.dumps(resources, indent=1))
     tuning = ladder.tune_rung5()
     validation = validate(ladder)
-    mn_bad = [b for b in validation["bad"] if b[0] == 6 and (b[2] or not b[3])]
-    if mn_bad:  # an MN-major wgmma operand is wrong: try the descriptor's two offsets the other way round
-        ladder.mn_offsets = (1024, 8192)
-        retry = validate(ladder, VALIDATION_SHAPES[2:4], rungs=(6,))
-        print(f"MN-major offsets swapped (LBO 1024, SBO 8192): {len(retry['failures'])} failures", flush=True)
-        if not retry["failures"]:
-            validation["mn_offsets_swapped"] = validate(ladder, rungs=(6,))
-            validation["bad"] = [b for b in validation["bad"] if b[0] != 6] + validation["mn_offsets_swapped"]["bad"]
-        else:
-            ladder.mn_offsets = (8192, 1024)
     if args.validate_only:
         return 1 if validation["failures"] else 0
     ceilings = {}

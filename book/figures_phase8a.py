@@ -543,3 +543,113 @@ def phase8a_gpt() -> None:
              f"along K = {dw['k']}; a split over K (several blocks a tile, summed at the end) is the known cure, "
              f"and rung 6 does not have it.")
     glue_md(names[1], text)
+
+
+# --------------------------------------------------------------------------------------
+# Rung 6 in the lab: the learner's launcher, and what Nsight Compute says of rungs 5 and 6
+# --------------------------------------------------------------------------------------
+
+LAB_BENCH, LAB_SCRIPT = "phase8a_wgmma", "benchmarks/phase8a_wgmma.py"
+STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio")
+
+
+def _lab_row(res: Results, kernel: str, shape: str = SQUARE, dtype: str = "bfloat16") -> dict | None:
+    return next((r for r in res.rows if (r["kernel"], r["shape"], r["dtype"]) == (kernel, shape, dtype)), None)
+
+
+def _lab_text(res: Results) -> str:
+    raw = _raw(res)
+    parts = []
+    for dtype, shown in (("bfloat16", "bf16"), ("float16", "fp16")):
+        six, five = _lab_row(res, "wgmma", dtype=dtype), _lab_row(res, "pipeline", dtype=dtype)
+        if six and five:
+            parts.append(f"{shown}: rung 6 {six['tflops']:.0f} TFLOP/s = {six['ratio']:.2f}× cuBLAS "
+                         f"({six['cublas_tflops']:.0f}), rung 5 {five['ratio']:.2f}×")
+    text = (f"Measured on the {_short(res)} ({res.date}) with the lab's own files and launcher "
+            f"(`hgemm(..., variant=\"wgmma\")`), 4096³, 16-bit in and out: " + "; ".join(parts) + ".")
+    maps = raw.get("tensor_map_placement")
+    if maps:
+        cost = maps["global_over_by_value"] - 1
+        text += (f" The same kernel with its two maps passed by value as a `__grid_constant__` parameter (launched "
+                 f"through the driver: no writer launch, no fence) ran {maps['by_value_maps']['tflops']:.0f} "
+                 f"TFLOP/s against {maps['global_memory_maps']['tflops']:.0f} for the lab's maps in global memory: "
+                 f"the writer launch and the fence cost {cost:+.1%} of the time"
+                 + (", and both wrote the same C, bit for bit." if maps.get("same_bits") else "."))
+    gpt = [r for r in res.rows if r["kernel"] == "wgmma" and r["shape"].startswith("gpt_")]
+    if gpt:
+        lo, hi = min(gpt, key=lambda r: r["ratio"]), max(gpt, key=lambda r: r["ratio"])
+        text += (f" At the GPT's training shapes it ran between {lo['ratio']:.2f}× cuBLAS ({lo['shape']}, "
+                 f"{lo['m']} × {lo['k']} × {lo['n']}) and {hi['ratio']:.2f}× ({hi['shape']}).")
+    valid = raw.get("validation") or []
+    if valid:
+        ran = sum(v["ran_rung6"] for v in valid)
+        text += (f" Validation: {sum(v['ok'] for v in valid)} of {len(valid)} products within the bound "
+                 f"(rung 6 computed {ran} of them, rung 5 the ones whose rows the TMA cannot copy). "
+                 f"From {_file(res.path)}.")
+    return text
+
+
+def _ncu_metric(row: dict, *names: str) -> float | None:
+    for name in names:
+        value = row.get(name)
+        if value and isinstance(value[0], (int, float)):
+            return float(value[0])
+    return None
+
+
+def _stalls(row: dict) -> list[tuple[str, float]]:
+    """Nsight Compute's stall reasons of one kernel, largest first: (reason, cycles per issued instruction)."""
+    found = [(STALL.fullmatch(k).group(1), float(v[0])) for k, v in row.items()
+             if STALL.fullmatch(k) and isinstance(v[0], (int, float))]
+    return sorted(found, key=lambda s: -s[1])
+
+
+def _ncu_text(path: Path) -> str:
+    import json
+
+    data = json.loads(path.read_text())
+    rows = {r["rung"]: r for r in data["results"]}
+    five, six = rows.get("rung5_pipeline"), rows.get("rung6_wgmma")
+    if not (five and six):
+        return ""
+    # on these cards the hmma counters count wgmma too, and the gmma active-cycles counter reads n/a
+    pipe = ("sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active")
+    p5, p6 = _ncu_metric(five, pipe[1], pipe[0]), _ncu_metric(six, *pipe)
+    i5, i6 = (_ncu_metric(r, "sm__inst_issued.avg.pct_of_peak_sustained_active") for r in (five, six))
+    n5, n6 = (_ncu_metric(r, "smsp__inst_executed.sum") for r in (five, six))
+    h5 = _ncu_metric(five, "sm__inst_executed_pipe_tensor_op_hmma.sum")
+    g6 = _ncu_metric(six, "sm__inst_executed_pipe_tensor_op_gmma.sum", "sm__inst_executed_pipe_tensor_op_hmma.sum")
+    ld5, ld6 = (_ncu_metric(r, "sm__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ldsm.sum") for r in (five, six))
+    c5, c6 = (_ncu_metric(r, "smsp__average_warp_latency_per_inst_issued.ratio") for r in (five, six))
+    if None in (p5, p6, i5, i6, n5, n6, h5, g6):
+        return ""
+    text = (f"Nsight Compute, one launch of each of the lab's rungs 5 and 6 at 4096³ (bf16) on the "
+            f"{data['device'].replace('NVIDIA ', '')}: the tensor pipe was active {p5:.1f}% of the time under rung 5 "
+            f"and {p6:.1f}% under rung 6, with {i5:.1f}% and {i6:.1f}% of the issue slots busy. Rung 5 executed "
+            f"{n5:,.0f} warp instructions, {h5:,.0f} of them `mma.sync` ({n5 / h5:.1f} instructions for each)"
+            + (f", and {ld5:,.0f} shared-memory wavefronts of `ldmatrix`" if ld5 else "")
+            + f"; rung 6 executed {n6:,.0f} ({n6 / n5:.2f} of rung 5's), {g6:,.0f} of them wgmma"
+            + (", and no `ldmatrix`" if ld6 == 0 else "") + ".")
+    for row, cpi, label in ((five, c5, "rung 5"), (six, c6, "rung 6")):
+        stalls = _stalls(row)
+        if stalls and cpi:
+            top = ", ".join(f"`{name}` {value:.2f}" for name, value in stalls[:3])
+            text += (f" A warp of {label} issued once every {cpi:.2f} cycles; the largest stall reasons, in cycles "
+                     f"per issued instruction: {top}.")
+    return text + f" From {_file(path)}."
+
+
+def phase8a_wgmma_lab() -> None:
+    """Glue the lab's rung 6 as measured by benchmarks/phase8a_wgmma.py (phase8a_wgmma-<gpu>.json) and its Nsight
+    Compute reading (phase8a_wgmma_ncu-<gpu>.json)."""
+    found = sorted(every_card(LAB_BENCH), key=lambda r: ("H100" not in r.device, r.device))
+    if not found:
+        glue_md("phase8a-wgmma-lab", missing_md(LAB_BENCH, LAB_SCRIPT, "an H100 or H200"))
+    else:
+        glue_md("phase8a-wgmma-lab", _lab_text(found[0]))
+    ncu = sorted(results_dir().glob(f"{LAB_BENCH}_ncu-*.json"), key=lambda p: ("h100" not in p.name, p.name))
+    text = _ncu_text(ncu[0]) if ncu else ""
+    glue_md("phase8a-wgmma-ncu", text or (
+        f"*No Nsight Compute reading of the lab's rungs 5 and 6 is committed yet: run `{LAB_SCRIPT} --profile` under "
+        f"`ncu --csv` on an H100 or H200, then `{LAB_SCRIPT} --from-ncu` on its output.*"))

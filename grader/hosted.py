@@ -62,7 +62,7 @@ def counts(check: CheckResult, require_perf: bool) -> bool:
     check (without --require-perf) decide nothing and are worth no points."""
     if check.result in (SKIP, INFO):
         return False
-    return check.result != NOT_MEASURED or require_perf
+    return check.result != NOT_MEASURED or (require_perf and not check.unavailable)
 
 
 def check_output(check: CheckResult) -> str:

@@ -60,7 +60,7 @@ def learner_files(notebook: Path) -> dict[str, str]:
     files: dict[str, str] = {}
     for cell in json.loads(Path(notebook).read_text())["cells"]:
         first, _, body = _source(cell).partition("\n")
-        match = re.match(r"%%(kernel|module)\s+(\S+)\s*$", first)
+        match = re.match(r"%%(kernel|module)\s+(\S+)(?:\s+--\S+)*\s*$", first)  # --arch=sm_90a
         if cell.get("cell_type") == "code" and match:
             files[match.group(2)] = body
     return files

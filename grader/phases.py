@@ -73,8 +73,8 @@ PHASES: dict[str, Phase] = _chain(
                        "attention.cu", "attention.py", "online_softmax.cu", "clip.cu", "clip.py", "recipe.cu",
                        "recipe.py"))),
     ("phase8a", "Tensor cores (16-bit conversions, the HGEMM ladder, mixed precision)", dict(
-        lab="phase8a_tensor_cores", tests="test_phase8a.py",
-        learner_files=("convert.cu", "convert.py", "hgemm.cu", "hgemm.py"))),
+        lab="phase8a_tensor_cores", tests=("test_phase8a.py", "test_phase8a_wgmma.py"),
+        learner_files=("convert.cu", "convert.py", "hgemm.cu", "hgemm.py", "hgemm_wgmma.cu"))),
     ("phase8b", "FlashAttention and the capstone model", {}),
 )
 

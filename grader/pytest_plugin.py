@@ -11,7 +11,10 @@ so that when the process crashes or is killed the grader still knows which test 
     {"event": "poisoned", "nodeid", "reason"}   (session stopped: the CUDA context is unusable)
 
 Markers for graded tests: ``kernel(file, function)`` (named when the test crashes or hangs),
-``hint(text)`` (shown on failure), ``perf`` (a performance check).
+``hint(text)`` (shown on failure), ``perf`` (a performance check), ``needs_arch("sm_90a")`` (a check of code
+built for one GPU architecture: on any other device it is skipped before it starts, reported NOT MEASURED with
+the reason, and never blocks the phase, even with --require-perf; the start event then carries
+``"unavailable": reason``).
 """
 
 from __future__ import annotations
@@ -69,6 +72,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "kernel(file, function): the learner kernel a test launches")
     config.addinivalue_line("markers", "hint(text): advice shown when the test fails")
     config.addinivalue_line("markers", "perf: a performance check (not measured without a GPU)")
+    config.addinivalue_line("markers", "needs_arch(arch): runs only on that GPU architecture (sm_90a: Hopper); "
+                            "elsewhere NOT MEASURED, never blocking")
     path = config.getoption("grader_results")
     key = os.environ.pop(RESULTS_KEY_ENV, None)  # never passed on to a process this one starts
     if path and _writer is None:
@@ -123,7 +128,23 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if trace:  # minitorch writes each launch there; cleared so a crash names this test's kernel
         with contextlib.suppress(OSError):
             os.unlink(trace)
-    _emit(event="start", nodeid=item.nodeid, **_marker_info(item))
+    unavailable = _unavailable(item)
+    if unavailable:
+        item.add_marker(pytest.mark.skip(reason=unavailable))
+    _emit(event="start", nodeid=item.nodeid, unavailable=unavailable, **_marker_info(item))
+
+
+def _unavailable(item: pytest.Item) -> str | None:
+    """Why this device cannot run a ``needs_arch`` check, decided here from the device alone (before any of the
+    test's code runs), or None."""
+    marker = item.get_closest_marker("needs_arch")
+    if marker is None:
+        return None
+    from minitorch import kernels
+
+    arch = str(marker.args[0])
+    why = kernels.arch_missing(arch)
+    return f"not measured: needs an {arch} GPU (Hopper: H100, H200); {why}" if why else None
 
 
 def _reason(item: pytest.Item, call: pytest.CallInfo, report: pytest.TestReport) -> str:

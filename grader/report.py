@@ -24,11 +24,14 @@ class CheckResult:
     perf: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # raised while the check ran, passed or not
     notes: list[str] = field(default_factory=list)  # record_property("note", ...): shown under the table
+    # NOT MEASURED because this device lacks what the check needs (an sm_90 GPU for Phase 8a's rung 6, say):
+    # never blocking, even with --require-perf, which asks for what the device can measure
+    unavailable: bool = False
 
     def blocking(self, require_perf: bool) -> bool:
         if self.result in (FAIL, CRASH, TIMEOUT):
             return True
-        return self.result == NOT_MEASURED and require_perf
+        return self.result == NOT_MEASURED and require_perf and not self.unavailable
 
 
 @dataclass

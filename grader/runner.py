@@ -92,18 +92,24 @@ def resolve_notebook(opts: CheckOptions) -> Path:
 def not_measured_notes(report: PhaseReport) -> list[str]:
     """Why performance checks were not measured: without a GPU, one note; on a GPU (PyTorch missing, say),
     each reason, so that a check that could not run is never mistaken for one that passed."""
-    skipped = [c for c in report.checks if c.result == NOT_MEASURED]
+    notes = []
+    absent = [c for c in report.checks if c.result == NOT_MEASURED and c.unavailable]
+    if absent:
+        reason = absent[0].reason.strip().splitlines()[0].removeprefix("not measured: ")
+        notes.append(f"{len(absent)} check{'s' if len(absent) > 1 else ''} of code this device cannot run not "
+                     f"measured ({reason}): they never block the phase, even with --require-perf")
+    skipped = [c for c in report.checks if c.result == NOT_MEASURED and not c.unavailable]
     if not skipped:
-        return []
+        return notes
     if not report.device.startswith("cuda"):
-        return ["performance checks are not measured without a GPU; they do not block the phase unless "
-                "--require-perf is given"]
+        return notes + ["performance checks are not measured without a GPU; they do not block the phase unless "
+                        "--require-perf is given"]
     reasons: dict[str, int] = {}
     for c in skipped:
         reason = c.reason.strip().splitlines()[0] if c.reason.strip() else "no reason given"
         reasons[reason] = reasons.get(reason, 0) + 1
-    return [f"{n} performance check{'s' if n > 1 else ''} not measured on this GPU: {reason} (they block the "
-            f"phase only with --require-perf)" for reason, n in reasons.items()]
+    return notes + [f"{n} performance check{'s' if n > 1 else ''} not measured on this GPU: {reason} (they block "
+                    f"the phase only with --require-perf)" for reason, n in reasons.items()]
 
 
 def check_phase(opts: CheckOptions) -> PhaseReport:

@@ -271,14 +271,17 @@ def _result_check(ev: dict[str, Any], start: dict[str, Any]) -> CheckResult:
     nodeid, reason = ev["nodeid"], ev.get("reason", "")
     kernel, perf = start.get("kernel"), ev.get("perf") or []
     measured = format_measure(perf[0]) if perf else ""
+    unavailable = False
     if ev["outcome"] == "passed":
         # a check whose only figures are reported, never required, measured something and passed nothing
         result = INFO if perf and all(p.get("reported") for p in perf) else PASS
     elif ev["outcome"] == "skipped":
-        result = NOT_MEASURED if start.get("perf") else SKIP
+        # a check this device cannot run (the plugin decided it before the test, from the device alone)
+        unavailable = bool(start.get("unavailable"))
+        result = NOT_MEASURED if start.get("perf") or unavailable else SKIP
     else:
         result = _classify_failure(reason)
     hint = (_failure_hint(result, reason, start.get("hint"), kernel, start.get("hint_on"))
             if result in (FAIL, CRASH) else "")
     return CheckResult(_test_name(nodeid), result, "tests", reason, measured, hint, nodeid, kernel, perf,
-                       notes=list(ev.get("notes") or []))
+                       notes=list(ev.get("notes") or []), unavailable=unavailable)

@@ -101,7 +101,8 @@ KERNEL_FILES: dict[str, LearnerFile] = {
         ("convert.cu", "Exercise 1: conversions"),
         ("convert.py", "Exercise 2: launching the conversions"),
         ("hgemm.cu", "Exercise 3: the HGEMM ladder"),
-        ("hgemm.py", "Exercise 4: launching the ladder"))},
+        ("hgemm.py", "Exercise 4: launching the ladder"),
+        ("hgemm_wgmma.cu", "Exercise 6: rung 6, wgmma fed by the TMA (Hopper)"))},
 }
 
 
@@ -811,15 +812,48 @@ def _summary(path: Path, text: str) -> str:
     return f"wrote {path.name} ({len(text.splitlines())} lines, sha256 {sha256_text(text)[:12]}) to {path.parent}"
 
 
+def arch_missing(arch: str) -> str | None:
+    """Why the active device cannot run code built for ``arch`` (``"sm_90a"``: Hopper's wgmma, TMA and
+    setmaxnreg, which run on compute capability 9.0 only), or None when it can."""
+    device = backend.get_device()
+    match = re.fullmatch(r"sm_(\d+)a?", arch)
+    if match is None:
+        raise ValueError(f"--arch must name a GPU architecture such as sm_90a, got {arch!r}")
+    if device != "cuda":
+        return f"the '{device}' device is not a GPU"
+    import cupy
+
+    capability = cupy.cuda.Device().compute_capability
+    if capability != match.group(1):
+        return f"this GPU is sm_{capability}"
+    return None
+
+
+def _magic_arguments(line: str) -> tuple[str, str | None]:
+    """``memory.cu`` -> ("memory.cu", None); ``hgemm_wgmma.cu --arch=sm_90a`` -> (.., "sm_90a")."""
+    filename, *flags = line.split() or [""]
+    arch = None
+    for flag in flags:
+        if not flag.startswith("--arch="):
+            raise ValueError(f"%%kernel {line.strip()}: unknown option {flag!r} (known: --arch=sm_XX)")
+        arch = flag.removeprefix("--arch=")
+    return filename, arch
+
+
 def kernel_magic(line: str, cell: str) -> None:
-    """``%%kernel memory.cu``: write the cell to the workspace, then compile it for the active device."""
-    filename = line.strip()
+    """``%%kernel memory.cu``: write the cell to the workspace, then compile it for the active device.
+    ``%%kernel file.cu --arch=sm_90a``: a file built for one GPU architecture (load it with
+    ``options=("--gpu-architecture=sm_90a",)``) is compiled only on such a GPU; elsewhere it is saved."""
+    filename, arch = _magic_arguments(line)
     path = write_source(filename, cell)
     device = backend.get_device()
     if not backend.get_backend().runs_kernels:
         print(_summary(path, cell) + f"; not compiled (the '{device}' device runs no CUDA C)")
         return
-    compile_module(filename, cell)
+    if arch is not None and (why := arch_missing(arch)):
+        print(_summary(path, cell) + f"; not compiled: it is built for {arch}, and {why}")
+        return
+    compile_module(filename, cell, () if arch is None else (f"--gpu-architecture={arch}",))
     names = ", ".join(kernel_signatures(cell)) or "no extern \"C\" kernels"
     print(_summary(path, cell) + f"; compiled for '{device}': {names}")
     if stubs_compile(cell) and (stubs := todo_stubs(cell)):

@@ -106,7 +106,7 @@ def test_registry_matches_the_solution_notebooks():
             text = "".join(cell["source"])
             if cell["cell_type"] == "markdown" and text.startswith("#"):
                 heading = text.splitlines()[0].lstrip("#").strip()
-            if cell["cell_type"] == "code" and re.match(rf"%%(kernel|module) {re.escape(filename)}\s*\n", text):
+            if cell["cell_type"] == "code" and re.match(rf"%%(kernel|module) {re.escape(filename)}( --\S+)*\s*\n", text):
                 assert heading == where.cell, (filename, heading)
                 break
         else:
@@ -162,6 +162,24 @@ def test_cell_magics_write_and_check(workspace, monkeypatch, capsys):
     assert kernels.load_module("memory.py").X == 42
     with pytest.raises(SyntaxError):
         kernels.module_magic("memory.py", "def broken(:\n")
+
+
+def test_kernel_cell_for_one_architecture_is_saved_not_compiled_elsewhere(workspace, monkeypatch, capsys):
+    """``%%kernel f.cu --arch=sm_90a`` (Phase 8a's rung 6): on a device that is not that GPU the cell is saved and
+    said not to be compiled, naming the architecture and the device; PTX the emulator cannot run is never fed
+    to it. An unknown option is refused, naming it."""
+    from minitorch import backend
+
+    monkeypatch.setattr(backend, "_active", "emu")
+    source = 'extern "C" __global__ void k(int* x) { asm volatile("wgmma.fence.sync.aligned;"); }\n'
+    kernels.kernel_magic("rung6.cu --arch=sm_90a", source)
+    out = capsys.readouterr().out
+    assert "wrote rung6.cu" in out and "not compiled: it is built for sm_90a" in out and "'emu'" in out
+    assert kernels.read_source("rung6.cu") == source
+    with pytest.raises(ValueError, match="--fast"):
+        kernels.kernel_magic("rung6.cu --fast", source)
+    with pytest.raises(kernels.KernelCompileError):  # without --arch the emulator compiles it, and refuses wgmma
+        kernels.kernel_magic("rung6.cu", source)
 
 
 STUBS_COMPILE = '''#define MINITORCH_TODO(message)

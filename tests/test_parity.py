@@ -538,8 +538,14 @@ _TEMPLATED = re.compile(r"template\s*<[^>]*>\s*__global__\s+void\s+"
                         r"(?:__launch_bounds__\s*\((?:[^()]|\([^()]*\))*\)\s*)?(\w+)\s*\(")
 
 
+# Files built for one GPU architecture only (their cell says ``%%kernel <file> --arch=sm_90a``): the emulator
+# cannot run them, so they have no parity case; Phase 8a's rung 6 is checked on an H100 by
+# grader/tests/test_phase8a_wgmma.py and tests/grader/test_grader_fixtures_phase8a_wgmma.py (gpu).
+GPU_ARCH_ONLY = {"hgemm_wgmma.cu"}
+
+
 def test_every_solution_kernel_has_a_parity_case():
-    defined = {(f, k) for f, src in all_kernel_sources().items()
+    defined = {(f, k) for f, src in all_kernel_sources().items() if f not in GPU_ARCH_ONLY
                for k in [*kernels.kernel_signatures(src), *_TEMPLATED.findall(src)]}
     assert defined == set(CASES), f"kernels without a case: {defined - set(CASES)}"
 

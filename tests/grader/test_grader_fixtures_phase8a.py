@@ -36,7 +36,7 @@ ROUND = "        const unsigned rounded = mag + 0xfffu + ((mag >> 13) & 1u);\n"
 NAN = "        return (unsigned short)(sign | 0x7e00u | ((mag >> 13) & 0x3ffu));\n"
 OVERFLOW = "    if (mag >= 0x477ff000u) {\n"
 LAUNCH = "    kernel(grid, block, (a, b, out, np.int32(M), np.int32(N), np.int32(K),\n"
-LAUNCH_END = "                         np.int32(vec)), shared_mem=smem)"  # the file's last line
+LAUNCH_END = "                         np.int32(vec)), shared_mem=smem)"  # the end of hgemm()
 
 
 def solution_sources() -> dict[str, str]:

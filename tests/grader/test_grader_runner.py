@@ -199,3 +199,57 @@ def test_a_perf_check_not_measured_on_a_gpu_says_why():
     emu = PhaseReport("phase6", "CNNs", "emu", None, checks=checks)
     assert "without a GPU" in not_measured_notes(emu)[0]
     assert not_measured_notes(PhaseReport("phase6", "CNNs", "cuda", None, checks=checks[-1:])) == []
+
+
+ARCH_TESTS = '''
+import pytest
+
+@pytest.mark.needs_arch("sm_90a")
+def test_rung6_values():
+    raise AssertionError("must not start off Hopper")
+
+@pytest.mark.perf
+@pytest.mark.needs_arch("sm_90a")
+def test_rung6_perf():
+    raise AssertionError("must not start off Hopper")
+
+@pytest.mark.perf
+def test_other_perf():
+    pytest.skip("not measured: needs an sm_90a GPU (Hopper: H100, H200); said by the test itself")
+
+def test_passes():
+    pass
+'''
+
+
+@pytest.mark.timeout(120)
+def test_a_check_of_code_for_another_gpu_is_not_measured_and_never_blocks(tmp_path: Path, monkeypatch):
+    """Phase 8a's rung 6 (needs_arch("sm_90a")) off Hopper: skipped before it starts, decided by the grader from
+    the device, NOT MEASURED with the reason, and the phase still passes with --require-perf; a perf check that
+    skips itself with the same words is an ordinary NOT MEASURED, which --require-perf still blocks on."""
+    import os
+
+    from grader.report import PhaseReport
+    from grader.runner import not_measured_notes
+
+    tests_file = tmp_path / "graded" / "test_arch.py"
+    tests_file.parent.mkdir()
+    tests_file.write_text(ARCH_TESTS)
+    work = tmp_path / "work"
+    work.mkdir()
+    opts = CheckOptions(phase=get_phase("phase1"), timeout_s=30, tests_file=tests_file)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "GRADER_RUNNING": "1",
+           "MINITORCH_DEVICE": "emu"}
+    checks, _device = run_tests_step(opts.phase, env, work, opts)
+    by_name = {c.name: c for c in checks}
+    for name in ("test_rung6_values", "test_rung6_perf"):
+        check = by_name[name]
+        assert check.result == NOT_MEASURED and check.unavailable, (name, check)
+        assert "needs an sm_90a GPU" in check.reason and "'emu' device is not a GPU" in check.reason
+        assert not check.blocking(require_perf=True)
+    other = by_name["test_other_perf"]
+    assert other.result == NOT_MEASURED and not other.unavailable and other.blocking(require_perf=True)
+    report = PhaseReport("phase8a", "Tensor cores", "emu", 1, require_perf=True,
+                         checks=[c for c in checks if c.name != "test_other_perf"])
+    assert report.passed
+    assert "2 checks of code this device cannot run not measured" in not_measured_notes(report)[0]

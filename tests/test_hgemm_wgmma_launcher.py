@@ -1,0 +1,123 @@
+"""The Phase 8a solution's rung-6 launcher (hgemm.py, variant="wgmma") without a GPU: what it launches, and with
+what, decided in Python before any sm_90a instruction runs.
+
+The emulator cannot run wgmma or the TMA, so the device-specific pieces are stood in for (the device is said to be
+an sm_90 GPU, cuTensorMapEncodeTiled writes a recognisable pattern, the kernels of hgemm_wgmma.cu are recorded, not
+run); everything else is the reference solution's own code: which products go to rung 6 and which to rung 5, the
+32 words of the two maps and their boxes, the grid, the block and the shared memory. The GPU tests
+(grader/tests/test_phase8a_wgmma.py, tests/grader/test_grader_fixtures_phase8a_wgmma.py) check the values.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from minitorch import backend, kernels
+from tests.solution_files import solution_files
+
+NOTEBOOK = "phase8a_tensor_cores.ipynb"
+
+
+class FakeDriver:
+    """cuTensorMapEncodeTiled that records its arguments and writes word i = (call << 8) | i."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def cuTensorMapEncodeTiled(self, out, dtype, rank, address, dims, strides, box, steps, interleave, swizzle,  # noqa: N802
+                               promotion, fill):
+        self.calls.append({"dtype": dtype, "rank": rank, "address": address.value, "dims": (dims[0], dims[1]),
+                           "stride": strides[0], "box": (box[0], box[1]), "swizzle": swizzle, "fill": fill})
+        words = (ctypes.c_uint64 * 16).from_address(out.value)
+        for i in range(16):
+            words[i] = (len(self.calls) << 8) | i
+        return 0
+
+
+@pytest.fixture
+def hg(workspace, monkeypatch):
+    for name, text in solution_files(NOTEBOOK).items():
+        kernels.write_source(name, text)
+    previous = backend.get_device()
+    backend.set_device("emu")
+    module = kernels.load_module("hgemm.py")
+    launches: list[tuple] = []
+    real_load = module.load_kernel
+
+    def load(filename, function, options=(), name_expressions=None):
+        if filename != module.WGMMA_FILE:
+            return real_load(filename, function, options, name_expressions)
+        assert options == ("--gpu-architecture=sm_90a",) and function in (
+            "store_tensor_maps", *name_expressions), (function, options)
+
+        class Recorded:
+            max_dynamic_shared_size_bytes = 48 * 1024
+
+            def __call__(self, grid, block, args, shared_mem=0):
+                launches.append((function, grid, block, args, shared_mem))
+
+        return Recorded()
+
+    driver = FakeDriver()
+    monkeypatch.setattr(module, "has_sm90", lambda: True)
+    monkeypatch.setattr(module, "load_kernel", load)
+    monkeypatch.setattr(module, "driver", lambda: driver)
+    monkeypatch.setattr(module, "multiprocessors", lambda: 132)
+    monkeypatch.setattr(module, "map_buffer", lambda: backend.zeros((2, 16), np.uint64))
+    module._words.clear()
+    yield module, launches, driver
+    backend.set_device(previous)
+
+
+@pytest.mark.parametrize(("ta", "tb"), [(False, False), (True, False), (False, True), (True, True)])
+def test_rung6_launches_the_map_writer_then_the_persistent_gemm(hg, ta, tb):
+    module, launches, driver = hg
+    m, k, n = 1000, 136, 520
+    a = backend.zeros((k, m) if ta else (m, k), np.float16)
+    b = backend.zeros((n, k) if tb else (k, n), np.float16)
+    out = backend.zeros((m, n), np.float32)
+    module.hgemm(a, b, out, "float16", "wgmma", transpose_a=ta, transpose_b=tb)
+    [(store, grid, block, args, _), (gemm, grid2, block2, args2, smem)] = launches
+    assert store == "store_tensor_maps" and grid == (1,) and block == (1,)
+    assert args[1] is a and args[2] is b and len(args) == 3 + 32
+    words = [int(w) for w in args[3:]]
+    assert words == [(1 << 8) | i for i in range(16)] + [(2 << 8) | i for i in range(16)]
+    assert all(isinstance(w, np.uint64) for w in args[3:])  # 8 bytes each, as the kernel's u64 parameters
+    maps = args[0]
+    assert args2[0] is maps and args2[1] is out and [int(v) for v in args2[2:]] == [m, n, k]
+    assert gemm == f"hgemm_6_wgmma<fp16, float, {str(ta).lower()}, {str(tb).lower()}>"
+    tiles = -(-m // 128) * -(-n // 256)
+    assert grid2 == (min(tiles, 132),) and block2 == (384,) and smem == module.WGMMA_SMEM == 197696
+    # A's map: the array as stored, innermost dimension first, rows 2 * row-length bytes apart, the 128-byte
+    # swizzle, zeros outside; the boxes the kernel's shared-memory layout expects
+    map_a, map_b = driver.calls
+    assert map_a["address"] == a.data.ptr and map_a["dims"] == (a.shape[1], a.shape[0])
+    assert map_a["stride"] == 2 * a.shape[1] and map_a["box"] == ((64, 64) if ta else (64, 128))
+    assert map_b["address"] == b.data.ptr and map_b["dims"] == (b.shape[1], b.shape[0])
+    assert map_b["box"] == ((64, 256) if tb else (64, 64))
+    assert {map_a["swizzle"], map_b["swizzle"]} == {3} and {map_a["fill"], map_b["fill"]} == {0}
+    assert {map_a["dtype"], map_b["dtype"]} == {6}  # CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+
+
+@pytest.mark.parametrize(("m", "k", "n", "ta", "tb", "rung6"), [
+    (17, 8, 16, False, False, True),    # M need not be a multiple of 8 when A is stored M x K
+    (17, 8, 16, True, False, False),    # ... but it is A's row length when stored K x M
+    (16, 12, 16, False, False, False),  # A's rows of 12 elements: 24 bytes, not a multiple of 16
+    (16, 8, 20, False, True, True),     # B stored N x K: K is its row length
+    (16, 8, 20, False, False, False),   # B stored K x N: rows of 20
+    (5, 0, 7, False, False, False),     # K = 0: no tensor map has an empty dimension
+])
+def test_products_the_tma_cannot_copy_run_on_rung5(hg, m, k, n, ta, tb, rung6):
+    module, launches, _ = hg
+    a = backend.asarray(np.ones((k, m) if ta else (m, k), np.float16))
+    b = backend.asarray(np.ones((n, k) if tb else (k, n), np.float16))
+    out = backend.asarray(np.full((m, n), np.nan, np.float32))
+    kernels.reset_launch_counts()
+    module.hgemm(a, b, out, "float16", "wgmma", transpose_a=ta, transpose_b=tb)
+    assert bool(launches) == rung6
+    if not rung6:  # rung 5 computed it, on the emulator
+        assert kernels.launch_count("hgemm.cu", module.kernel_name("pipeline", "fp16", "float", ta, tb)) == 1
+        np.testing.assert_array_equal(backend.asnumpy(out), np.full((m, n), float(k), np.float32))
