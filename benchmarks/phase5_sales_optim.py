@@ -292,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
                   "its timer (one eager step of a throwaway copy per batch size); its graphs captured inside it",
                   **({"kept_from": kept["from"]} if kept else {}), configuration="reduced" if args.emu_small else "full",
                   config=config, hidden=HIDDEN, sgd=SGD_SETTINGS, adam={"lr": config["adam_lr"]}, init_seed=INIT_SEED,
-                  batch_seed=SEED, log_features=LOG_FEATURES, train_rows=len(arrays["x_train"]),
+                  batch_seed=SEED, log_features=LOG_FEATURES, n_features=int(arrays["x_train"].shape[1]),
+                  train_rows=len(arrays["x_train"]),
                   test_rows=len(arrays["price_test"]), sales_sha256=arrays["sales_sha256"], minitorch_graph=True)
     return 0
 
