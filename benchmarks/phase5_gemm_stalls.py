@@ -133,13 +133,20 @@ def main(argv: list[str] | None = None) -> int:
 
         args.workdir.mkdir(parents=True, exist_ok=True)
         device = args.device or gpu_name()
-        csvs = {t: profile(t, args.workdir) for t in TARGETS}
+        csvs = {}
+        for target in TARGETS:  # one failed profile leaves the others
+            try:
+                csvs[target] = profile(target, args.workdir)
+            except subprocess.CalledProcessError as err:
+                print(f"{target}: ncu failed ({err})", file=sys.stderr, flush=True)
+    for target, path in csvs.items():  # the raw reports first: they can be parsed again (--from-csv)
+        shutil.copyfile(path, RESULTS / f"phase5_gemm_stalls_{target}-{slug(device)}.csv")
     rows = [stalls_row(t, path.read_text()) for t, path in csvs.items()]
+    if not rows:
+        raise SystemExit("no target was profiled")
     for row in rows:
         top = ", ".join(f"{k} {v:.2f}" for k, v in list(row["stalls"].items())[:4])
         print(f"{row['label']}: {row['stall_sum']:.2f} cycles between issues ({top})", flush=True)
-    for target, path in csvs.items():
-        shutil.copyfile(path, RESULTS / f"phase5_gemm_stalls_{target}-{slug(device)}.csv")
     write_results("phase5_gemm_stalls", device, rows, size=SIZE, sections=list(SECTIONS),
                   ncu_launch="the second launch of phase5_gemm.py --profile (--launch-skip 1 --launch-count 1)",
                   metric="smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio: warps of a scheduler "
