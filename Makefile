@@ -67,7 +67,7 @@ sandbox-tool:
 	  echo "bwrap not installed: the grade-all sandbox tests will be skipped"
 
 test-fast: $(STAMP)
-	MINITORCH_DEVICE=emu $(VPY) -m pytest -m "not gpu and not slow" -q tests
+	MINITORCH_DEVICE=emu MINITORCH_EMU_WORKERS=1 $(VPY) -m pytest -m "not gpu and not slow" -q -n $(TEST_JOBS) tests
 
 # Always from a clean _build: an incremental build can hide warnings.
 book: $(STAMP)
