@@ -16,6 +16,12 @@ training set (MSE, normalised log price) and the test MAE. Writes
   and through torch.compile (``"pytorch_compile"``), each with the time ratio; a way that cannot run here
   (no GPU, no Triton) is a ``kind: "skipped"`` row with its reason.
 
+Like for like: every kernel a step launches is compiled before its run's timer (one eager step of a throwaway
+copy of the model and optimizer at each batch size), PyTorch's libraries are warmed the same way (not
+torch.compile's, whose compilation is part of its way), and both capture their graphs inside the timer.
+``--torch-modes graph`` races only some of PyTorch's ways; ``--keep-rows-from <earlier JSON>`` then keeps the
+others' rows from an earlier run on the same GPU and data, each marked ``measured_on``.
+
 On a GPU the full configuration (all training rows, 50 epochs); ``--emu-small`` runs the lab's reduced
 configuration on the emulator (and PyTorch on the CPU, when installed, for the same curves). The data
 come from ``minitorch.data.ensure_sales()`` (``MINITORCH_DATA_DIR`` is honoured).
