@@ -287,7 +287,7 @@ STALL_REASONS = {  # ncu's reason -> what the warp waits for (Nsight Compute's P
     "barrier": "the other warps of its block at `__syncthreads()`",
     "math_pipe_throttle": "a free arithmetic pipe (FMA)",
     "wait": "a fixed-latency dependency (the result of an arithmetic instruction)",
-    "dispatch_stall": "the dispatcher",
+    "dispatch_stall": "the dispatcher, which held back a selected instruction",
     "no_instruction": "its next instruction (instruction cache)",
     "branch_resolving": "a branch target",
     "drain": "its stores to leave, at exit",
@@ -374,38 +374,37 @@ def _stalls_table(rows: list[dict], shown: list[str]) -> str:
 
 
 def _stalls_text(rows: list[dict]) -> str:
-    """What the reasons say, read off the rows: each kernel's total and largest waits, and where rung 9 and
-    cuBLAS differ most."""
+    """What the reasons say, read off the rows: each kernel's cycles between instructions and its longest waits,
+    where rung 9 and cuBLAS differ most, what double buffering did to the wait on global memory, and the issue
+    rate that warps and waits allow."""
     by = {r["target"]: r for r in rows}
+    ready = ("selected", "not_selected")  # issuing, or ready and passed over: not a wait for anything
 
-    def top(row: dict, n: int = 2) -> str:
-        waits = [(k, v) for k, v in row["stalls"].items() if k != "selected"][:n]
-        return " and ".join(f"{STALL_REASONS.get(k, k).split(' (')[0]} (`{k}`, {v:.2f})" for k, v in waits)
+    def waits(row: dict, n: int = 2) -> str:
+        top = [(k, v) for k, v in row["stalls"].items() if k not in ready][:n]
+        return " and ".join(f"{STALL_REASONS.get(k, k).split(' (')[0]} (`{k}`, {v:.2f})" for k, v in top)
 
-    parts = [f"A warp of {r['label']} issues an instruction every {r['stall_sum']:.1f} cycles; most of the wait "
-             f"is {top(r)}" for r in rows]
-    text = ". ".join(parts) + "."
+    text = " ".join(
+        f"A warp of {r['label']} issues an instruction every {r['stall_sum']:.2f} cycles: one to issue, "
+        f"{r['stalls'].get('not_selected', 0.0):.2f} ready while another warp issued, and its longest waits are for "
+        f"{waits(r)}." for r in rows)
     if {"rung9", "cublas"} <= set(by):
         r9, cb = by["rung9"]["stalls"], by["cublas"]["stalls"]
-        diff = sorted(set(r9) | set(cb), key=lambda k: -(r9.get(k, 0.0) - cb.get(k, 0.0)))
+        diff = sorted((k for k in set(r9) | set(cb) if k not in ready), key=lambda k: -(r9.get(k, 0.0) - cb.get(k, 0.0)))
         worse = [k for k in diff[:2] if r9.get(k, 0.0) - cb.get(k, 0.0) >= 0.05]
         if worse:
             text += (" Rung 9 waits longer than cuBLAS on " + " and on ".join(
                 f"`{k}` ({r9.get(k, 0.0):.2f} against {cb.get(k, 0.0):.2f} cycles)" for k in worse) + ".")
-    if "rung9" in by and {"active_warps_per_scheduler", "issued_per_scheduler_cycle"} <= set(by["rung9"]):
-        r9 = by["rung9"]
-        text += (f" The two numbers fix the issue rate: rung 9 keeps {r9['active_warps_per_scheduler']:.2f} warps on a "
-                 f"scheduler, each ready once every {r9['stall_sum']:.2f} cycles, so the scheduler can issue on at most "
-                 f"{r9['active_warps_per_scheduler'] / r9['stall_sum']:.2f} of its cycles; it issued on "
-                 f"{r9['issued_per_scheduler_cycle']:.2f}.")
     if {"rung5", "rung9"} <= set(by):
-        r5, r9 = by["rung5"], by["rung9"]
-        text += (f" From rung 5 to rung 9 the wait between two instructions went from {r5['stall_sum']:.1f} to "
-                 f"{r9['stall_sum']:.1f} cycles")
-        if "active_warps_per_scheduler" in r5 and "active_warps_per_scheduler" in r9:
-            text += (f", with {r5['active_warps_per_scheduler']:.1f} and {r9['active_warps_per_scheduler']:.1f} "
-                     f"warps to choose from on each scheduler")
-        text += "."
+        before, after = (by[t]["stalls"].get("long_scoreboard", 0.0) for t in ("rung5", "rung9"))
+        text += (f" The wait for global memory (`long_scoreboard`) went from {before:.2f} cycles an instruction in "
+                 f"rung 5 to {after:.2f} in rung 9, whose loads of the next tile run during the arithmetic.")
+    rated = [r for r in rows if {"active_warps_per_scheduler", "issued_per_scheduler_cycle"} <= set(r)]
+    if rated:
+        text += (" Warps and waits set the issue rate: " + "; ".join(
+            f"{r['label']} keeps {r['active_warps_per_scheduler']:.2f} warps on a scheduler, each ready once every "
+            f"{r['stall_sum']:.2f} cycles, which allows an issue on {r['active_warps_per_scheduler'] / r['stall_sum']:.2f} "
+            f"of its cycles (measured: {r['issued_per_scheduler_cycle']:.2f})" for r in rated) + ".")
     return text
 
 
