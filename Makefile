@@ -17,6 +17,9 @@ WHEEL_PYTHON ?= 3.12
 WHEEL_PLATFORM ?= manylinux_2_28_x86_64
 # Phases whose labs are published: CI grades their reference solutions on the emulator.
 GRADE_JOBS ?= 2
+# make test runs the unit tests in this many processes (pytest-xdist; CI's machine has two cores): each test
+# keeps its own workspace and emulator cache entries, so none depends on another running in the same process.
+TEST_JOBS ?= 2
 PHASES := phase1 phase2 phase3a phase3b phase4 phase5 phase6 phase7 phase8a
 GPU_TOOLS := nbval==0.11.0 nbformat==5.10.4 nbclient==0.11.0 ipykernel==7.4.0 pytest-timeout==2.4.0 pytest==9.0.3
 
@@ -45,13 +48,13 @@ venv: $(STAMP)
 lint: $(STAMP)
 	$(VPY) -m ruff check .
 
-# Everything CI checks. The emulator stands in for the GPU (one worker: deterministic).
+# Everything CI checks. The emulator stands in for the GPU (one emulator worker a process: deterministic).
 # make test grades the reference solutions GRADE_JOBS phases at a time: each grades in its own temporary
 # workspace and records nothing, on one emulator worker, and its report prints whole when it ends
 test: $(STAMP) sandbox-tool
 	$(VPY) -m ruff check .
 	$(VPY) -m grader labs --check
-	MINITORCH_DEVICE=emu MINITORCH_EMU_WORKERS=1 $(VPY) -m pytest -m "not gpu" -q tests
+	MINITORCH_DEVICE=emu MINITORCH_EMU_WORKERS=1 $(VPY) -m pytest -m "not gpu" -q -n $(TEST_JOBS) tests
 	printf '%s\n' $(PHASES) | xargs -P $(GRADE_JOBS) -I{} sh -c 'out=$$(MINITORCH_DEVICE=emu $(VPY) -m grader check {} \
 	  --solutions --device emu 2>&1); status=$$?; printf "%s\n" "$$out"; exit $$status'
 	$(MAKE) --no-print-directory book
@@ -64,7 +67,7 @@ sandbox-tool:
 	  echo "bwrap not installed: the grade-all sandbox tests will be skipped"
 
 test-fast: $(STAMP)
-	MINITORCH_DEVICE=emu $(VPY) -m pytest -m "not gpu and not slow" -q tests
+	MINITORCH_DEVICE=emu MINITORCH_EMU_WORKERS=1 $(VPY) -m pytest -m "not gpu and not slow" -q -n $(TEST_JOBS) tests
 
 # Always from a clean _build: an incremental build can hide warnings.
 book: $(STAMP)

@@ -91,7 +91,7 @@ def phase5_ladder() -> None:
     glue_figure(figs[0], _ladder_figure(data))
     stale = _stale_best(data, raw.get("autotune") or {})
     glue_figure(figs[1], _sizes_figure(data, stale))
-    glue_md("phase5-sizes-text", _stale_text(stale, bool(raw.get("autotune"))))
+    glue_md("phase5-sizes-text", _stale_text(stale, bool(raw.get("autotune")), data))
     glue_md("phase5-ladder-source", res.provenance)
     glue_md("phase5-ladder-text", _ladder_text(data))
     glue_md("phase5-autotune-text", _autotune_text(raw.get("autotune") or {}, data))
@@ -138,11 +138,18 @@ def _stale_best(data, autotune: dict) -> dict[int, tuple[str, str]]:
     return stale
 
 
-def _stale_text(stale: dict[int, tuple[str, str]], tuned: bool) -> str:
+def _stale_text(stale: dict[int, tuple[str, str]], tuned: bool, data: dict | None = None) -> str:
     if not tuned:
         return "*This run did not autotune: the figure has no autotuned line.*"
     if not stale:
-        return "Every point of the autotuned line ran the tiles that `best()` chooses for its size today."
+        again = sorted((size, row) for size, row in (data or {}).get("best_tuned", {}).items() if row.get("remeasured"))
+        if not again:
+            return "Every point of the autotuned line ran the tiles that `best()` chooses for its size today."
+        told = "; ".join(f"at {size}³ on {row['remeasured']} (`{row['tiles']}`: {row['ratio']:.2f} of cuBLAS in that "
+                         f"run)" for size, row in again)
+        return ("Every point of the autotuned line ran the tiles that `best()` chooses for its size today; "
+                f"measured again after `best()` changed its choice, with the same tuning table: {told} "
+                "(`phase5_gemm.py --remeasure-tuned`).")
     parts = "; ".join(f"at {size}³ it ran `{then}`, where `best()` now runs `{now}`"
                       for size, (then, now) in sorted(stale.items()))
     return (f"The hollow points of the autotuned line are stale: {parts} (a tie between two tuned sizes now goes "
@@ -263,6 +270,142 @@ def phase5_ncu_table() -> None:
         lines.append(f"| {shown} | " + " | ".join(vals[w].get(label, "") for w in cols) + " |")
     files = ", ".join(f"`{reports[w].relative_to(REPO_ROOT).as_posix()}`" for w in cols)
     glue_md("phase5-ncu-table", "\n".join(lines) + f"\n\nFrom {files}.")
+
+
+# --------------------------------------------------------------------------------------
+# Why the warps wait: Nsight Compute's stall reasons (benchmarks/phase5_gemm_stalls.py)
+# --------------------------------------------------------------------------------------
+
+STALLS_SCRIPT = "benchmarks/phase5_gemm_stalls.py"
+STALL_REASONS = {  # ncu's reason -> what the warp waits for (Nsight Compute's Profiling Guide, in our words)
+    "selected": "issuing (one cycle per instruction, by definition)",
+    "not_selected": "nothing: ready, but the scheduler picked another warp",
+    "long_scoreboard": "data from global memory (a load through L1TEX)",
+    "short_scoreboard": "the result of a shared-memory load (or another MIO operation)",
+    "mio_throttle": "room in the queue of shared-memory instructions",
+    "lg_throttle": "room in the queue of global-memory instructions",
+    "barrier": "the other warps of its block at `__syncthreads()`",
+    "math_pipe_throttle": "a free arithmetic pipe (FMA)",
+    "wait": "a fixed-latency dependency (the result of an arithmetic instruction)",
+    "dispatch_stall": "the dispatcher, which held back a selected instruction",
+    "no_instruction": "its next instruction (instruction cache)",
+    "branch_resolving": "a branch target",
+    "drain": "its stores to leave, at exit",
+    "membar": "a memory barrier",
+    "imc_miss": "the constant cache",
+    "tex_throttle": "the texture unit",
+    "sleeping": "a sleep or nanosleep",
+    "misc": "something else",
+}
+STALL_COLOURS = [GREEN, GREY, VERMILLION, ORANGE, PURPLE, BLUE, "#56B4E9", "#F0E442"]
+STALL_ORDER = ("rung5", "rung9", "cublas")
+
+
+def _stall_rows(res) -> list[dict]:
+    rows = {r["target"]: r for r in res.rows if r.get("kind") == "stalls"}
+    for target, row in rows.items():
+        if not isinstance(row.get("stalls"), dict) or not row["stalls"]:
+            raise ValueError(f"{res.path}: the row of {target!r} has no stall reasons")
+    return [rows[t] for t in STALL_ORDER if t in rows] + [r for t, r in rows.items() if t not in STALL_ORDER]
+
+
+def _shown_reasons(rows: list[dict], most: int = 7) -> list[str]:
+    """The reasons worth a colour: the largest over the kernels, the rest summed as 'other'."""
+    largest = {}
+    for row in rows:
+        for reason, value in row["stalls"].items():
+            largest[reason] = max(largest.get(reason, 0.0), value)
+    return sorted(largest, key=lambda r: -largest[r])[:most]
+
+
+def phase5_stalls() -> None:
+    """Glue the stall-reason figure, its table and the sentences that read them."""
+    res = latest("phase5_gemm_stalls")
+    if res is None:
+        glue_figure("fig-phase5-stalls", missing_figure("phase5_gemm_stalls", "the warp-stall reasons",
+                                                        STALLS_SCRIPT, "a GPU with Nsight Compute"))
+        for name in ("phase5-stalls-table", "phase5-stalls-text"):
+            glue_md(name, missing_md("phase5_gemm_stalls", STALLS_SCRIPT, "a GPU with Nsight Compute"))
+        return
+    rows = _stall_rows(res)
+    shown = _shown_reasons(rows)
+    glue_figure("fig-phase5-stalls", _stalls_figure(rows, shown))
+    glue_md("phase5-stalls-table", _stalls_table(rows, shown) + f"\n\n{res.provenance}")
+    glue_md("phase5-stalls-text", _stalls_text(rows))
+
+
+def _stalls_figure(rows: list[dict], shown: list[str]):
+    fig, ax = plt.subplots(figsize=(9, 0.75 * len(rows) + 1.4))
+    labels = [r["label"] for r in rows]
+    left = [0.0] * len(rows)
+    for reason, colour in zip([*shown, "other"], STALL_COLOURS + [GREY] * 8, strict=False):
+        widths = [sum(v for k, v in r["stalls"].items() if k not in shown) if reason == "other"
+                  else r["stalls"].get(reason, 0.0) for r in rows]
+        ax.barh(labels, widths, left=left, color=colour, label=reason.replace("_", " "),
+                hatch="//" if reason == "other" else None, edgecolor="white", lw=0.5)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    for y, total in enumerate(left):
+        ax.text(total, y, f" {total:.1f}", va="center", fontsize=9)
+    ax.invert_yaxis()
+    ax.set_xlim(0, max(left) * 1.12)
+    ax.set_xlabel("cycles between two instructions of a warp, by what it waits for")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _stalls_table(rows: list[dict], shown: list[str]) -> str:
+    lines = ["| a warp waits for | " + " | ".join(r["label"] for r in rows) + " |",
+             "|---|" + "---:|" * len(rows)]
+    for reason in shown:
+        lines.append(f"| {STALL_REASONS.get(reason, reason)} (`{reason}`) | "
+                     + " | ".join(f"{r['stalls'].get(reason, 0.0):.2f}" for r in rows) + " |")
+    lines.append("| everything else | " + " | ".join(
+        f"{sum(v for k, v in r['stalls'].items() if k not in shown):.2f}" for r in rows) + " |")
+    lines.append("| **cycles between two instructions** | " + " | ".join(f"**{r['stall_sum']:.2f}**" for r in rows)
+                 + " |")
+    if all("issued_per_scheduler_cycle" in r for r in rows):
+        lines.append("| instructions a scheduler issues a cycle | "
+                     + " | ".join(f"{r['issued_per_scheduler_cycle']:.2f}" for r in rows) + " |")
+    if all("active_warps_per_scheduler" in r for r in rows):
+        lines.append("| warps a scheduler holds | "
+                     + " | ".join(f"{r['active_warps_per_scheduler']:.2f}" for r in rows) + " |")
+    return "\n".join(lines)
+
+
+def _stalls_text(rows: list[dict]) -> str:
+    """What the reasons say, read off the rows: each kernel's cycles between instructions and its longest waits,
+    where rung 9 and cuBLAS differ most, what double buffering did to the wait on global memory, and the issue
+    rate that warps and waits allow."""
+    by = {r["target"]: r for r in rows}
+    ready = ("selected", "not_selected")  # issuing, or ready and passed over: not a wait for anything
+
+    def waits(row: dict, n: int = 2) -> str:
+        top = [(k, v) for k, v in row["stalls"].items() if k not in ready][:n]
+        return " and ".join(f"{STALL_REASONS.get(k, k).split(' (')[0]} (`{k}`, {v:.2f})" for k, v in top)
+
+    text = " ".join(
+        f"A warp of {r['label']} issues an instruction every {r['stall_sum']:.2f} cycles: one to issue, "
+        f"{r['stalls'].get('not_selected', 0.0):.2f} ready while another warp issued, and its longest waits are for "
+        f"{waits(r)}." for r in rows)
+    if {"rung9", "cublas"} <= set(by):
+        r9, cb = by["rung9"]["stalls"], by["cublas"]["stalls"]
+        diff = sorted((k for k in set(r9) | set(cb) if k not in ready), key=lambda k: -(r9.get(k, 0.0) - cb.get(k, 0.0)))
+        worse = [k for k in diff[:2] if r9.get(k, 0.0) - cb.get(k, 0.0) >= 0.05]
+        if worse:
+            text += (" Rung 9 waits longer than cuBLAS on " + " and on ".join(
+                f"`{k}` ({r9.get(k, 0.0):.2f} against {cb.get(k, 0.0):.2f} cycles)" for k in worse) + ".")
+    if {"rung5", "rung9"} <= set(by):
+        before, after = (by[t]["stalls"].get("long_scoreboard", 0.0) for t in ("rung5", "rung9"))
+        text += (f" The wait for global memory (`long_scoreboard`) went from {before:.2f} cycles an instruction in "
+                 f"rung 5 to {after:.2f} in rung 9, whose loads of the next tile run during the arithmetic.")
+    rated = [r for r in rows if {"active_warps_per_scheduler", "issued_per_scheduler_cycle"} <= set(r)]
+    if rated:
+        text += (" Warps and waits set the issue rate: " + "; ".join(
+            f"{r['label']} keeps {r['active_warps_per_scheduler']:.2f} warps on a scheduler, each ready once every "
+            f"{r['stall_sum']:.2f} cycles, which allows an issue on {r['active_warps_per_scheduler'] / r['stall_sum']:.2f} "
+            f"of its cycles (measured: {r['issued_per_scheduler_cycle']:.2f})" for r in rated) + ".")
+    return text
 
 
 # --------------------------------------------------------------------------------------

@@ -33,3 +33,33 @@ def test_the_check_rejects_a_number_its_file_does_not_hold():
     assert "no number" in measured.check("many", ncu)
     assert "target must be" in measured.check("87%", f"{ncu}, nearby=Compute")
     assert measured.problems("It ran {measured}`88% <" + ncu + ", near=Compute (SM)>`.") != []
+
+
+def test_a_key_picks_one_value_of_a_json_or_toml_file():
+    """key= reads one field (a selector narrows a list to its matching entries); a file with a folder is read from
+    the repository's root; a missing key or a value elsewhere in the file does not count."""
+    race = "phase5_sales_optim-nvidia-h100-80gb-hbm3.json"  # config.epochs 50, sgd.momentum 0.9
+    assert measured.check("50", f"{race}, key=config.epochs") is None
+    assert "rounds to 51" in measured.check("51", f"{race}, key=config.epochs")
+    assert measured.check("0.9", f"{race}, key=sgd.momentum") is None
+    assert "rounds to 0.05" in measured.check("0.05", f"{race}, key=sgd.momentum")  # sgd.lr's value, not momentum's
+    assert "has no value at 'config.epoch'" in measured.check("50", f"{race}, key=config.epoch")
+    loss = f"{race}, key=results[kind=summary&framework=minitorch&optimizer=sgd].final_loss"
+    assert measured.check("3.3e-05", loss) is None and "rounds" in measured.check("2.1e-05", loss)  # Adam's
+    assert measured.check("98%", "grader/thresholds.toml, scale=100, key=phase6.mnist_accuracy") is None
+    assert "rounds to 99" in measured.check("99%", "grader/thresholds.toml, scale=100, key=phase6.mnist_accuracy")
+    assert "target must be" in measured.check("50", f"{race}, key=config.epochs, near=epochs")
+
+
+def test_the_chapter_counts_the_parameters_of_the_lab_network(monkeypatch):
+    """book/figures_phase6_model.py's layers are the lab's network (benchmarks/phase6_mnist.py): the same count."""
+    from minitorch import nn
+
+    cnn = nn.Sequential(  # mnist_cnn() of benchmarks/phase6_mnist.py, on the host
+        nn.Conv2d(1, 8, 3, padding=1, device="cpu"), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1, device="cpu"), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(784, 64, device="cpu"), nn.ReLU(), nn.Linear(64, 10, device="cpu"))
+    monkeypatch.syspath_prepend(str(ROOT / "book"))
+    model = importlib.import_module("figures_phase6_model")
+    assert model.parameters() == sum(p.size for p in cnn.parameters())
+    assert model.forward_flops_per_image() == 2 * (28 * 28 * 8 * 9 + 14 * 14 * 16 * 72 + 784 * 64 + 64 * 10)
