@@ -17,6 +17,7 @@ from minitorch.autograd.attention import AttentionSoftmax, BatchedMatMul, Causal
 from minitorch.autograd.conv import Conv2d
 from minitorch.autograd.elementwise import Add, AddBias, Mul, ReLU, ScalarMul, Sigmoid, Sub, add
 from minitorch.autograd.embedding import Embedding
+from minitorch.autograd.flash import ScaledDotProductAttention
 from minitorch.autograd.function import (
     Context,
     Function,
@@ -47,4 +48,6 @@ __all__ = [
     "SplitHeads",
     # Phase 8a
     "Cast",
+    # Phase 8b
+    "ScaledDotProductAttention",
 ]

@@ -1,4 +1,4 @@
-"""Phase 8b's FlashAttention ladder (benchmarks/kernels/flash.cu) on the emulator: every forward rung and the
+"""Phase 8b's FlashAttention ladder (the lab's reference flash.cu, solutions/phase8b_flash.ipynb) on the emulator: every forward rung and the
 backward against a float64 NumPy attention of the 16-bit inputs (``phase8b_flash.reference``), at sequence
 lengths that are multiples of no tile (1, 7, 65), causal and not, fp16 and bf16, D = 64 (and one D = 128).
 
@@ -23,10 +23,11 @@ from tests.conftest import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import phase8b_flash as fl  # noqa: E402
 
-SOURCE = fl.SOURCE.read_text()
+SOURCE = fl.source()
 RNG = np.random.default_rng(25)
 LENGTHS = (1, 7, 65)
 BH = 2  # two heads: a wrong head offset shows
+NO_DROPOUT = (np.uint32(0), np.float32(1.0), np.uint64(0), np.uint32(0))
 
 
 @cache
@@ -49,7 +50,7 @@ def forward(rung: int, dtype: str, q, k, v, causal: bool, code: str = SOURCE):
     if smem > 48 * 1024:
         kern.max_dynamic_shared_size_bytes = smem
     kern((math.ceil(t / br), bh), (threads,), (emu.asarray(q), emu.asarray(k), emu.asarray(v), o, lse, np.int32(t),
-                                               np.float32(fl.LOG2E / math.sqrt(d)), np.int32(causal)),
+                                               np.float32(fl.LOG2E / math.sqrt(d)), np.int32(causal), *NO_DROPOUT),
          shared_mem=smem)
     return o.get(), lse.get()
 
@@ -69,7 +70,7 @@ def backward(dtype: str, q, k, v, o, lse, do, causal: bool, tiles: tuple | None 
         main.max_dynamic_shared_size_bytes = smem
     main((math.ceil(t / bc), bh), (threads,), (*args[:3], args[5], args[4], delta, dqacc, dk, dv, np.int32(t),
                                                np.float32(fl.LOG2E / math.sqrt(d)), np.float32(1 / math.sqrt(d)),
-                                               np.int32(causal)), shared_mem=smem)
+                                               np.int32(causal), *NO_DROPOUT), shared_mem=smem)
     conv((math.ceil(n / 256),), (256,), (dqacc, dq, np.float32(1 / math.sqrt(d)), np.int64(n)))
     return dq.get(), dk.get(), dv.get()
 
@@ -144,7 +145,7 @@ def test_known_bad_forward_variants_fail_the_bound() -> None:
 
 def test_a_dq_stored_instead_of_accumulated_fails() -> None:
     """Each key tile's block must add its share of dQ: a plain store keeps one block's share (T = 130: 3 blocks)."""
-    stored = mutated("atomic_add2(dq + (size_t)row * D + d0 + j * 8 + 2 * qd, acc[j][2 * r], acc[j][2 * r + 1]);",
+    stored = mutated("atomic_add2(dq + (size_t)row * D + d0 + j * 8 + 2 * qd,\n                                    acc[j][2 * r], acc[j][2 * r + 1]);",
                      "{ float* p_ = dq + (size_t)row * D + d0 + j * 8 + 2 * qd; p_[0] = acc[j][2 * r]; "
                      "p_[1] = acc[j][2 * r + 1]; }")
     errors = backward_errors("bf16", 130, 64, False, code=stored)
