@@ -66,8 +66,7 @@ def reference(q, k, v, do, causal, keep):
     return o, ds @ k / math.sqrt(d), np.swapaxes(ds, -1, -2) @ q / math.sqrt(d), np.swapaxes(p * keep, -1, -2) @ do
 
 
-@pytest.mark.parametrize("fmt, causal, dropout_p", [("bfloat16", True, 0.0), ("float16", False, 0.0),
-                                                     ("bfloat16", False, 0.2)])
+@pytest.mark.parametrize("fmt, causal, dropout_p", [("bfloat16", True, 0.2), ("float16", False, 0.0)])
 def test_attention_and_its_gradients_match_float64(device, fmt, causal, dropout_p):
     b, h, t, d, seed = 1, 2, 37, 64, 2024
     rng = np.random.default_rng(3)
