@@ -3,9 +3,10 @@ for the right reason.
 
 Every fixture is the reference solution (with the earlier phases' files) with a deliberate mistake, graded from a
 prepared workspace on the emulator; only the tests that matter run. A mutated flash.cu is compiled afresh on the
-emulator (about 5 s an instantiation), so mistakes that touch different kernels share one graded run: rung 1's
-own loop, the mma body of rungs 2-7, the backward without dropout, the backward with it, and the launcher are
-separate code, and each check must fail (or pass) for its own mistake's reason.
+emulator (about 5 s an instantiation), so mistakes in separate code share one graded run (rung 1's own loop,
+the backward without dropout, the backward with it, the launcher; the mma body of rungs 2-7 gets a run to itself
+when the backward's tests run too, as their forward is rung 5), and each check must fail, or pass, for its own
+mistake's reason.
 """
 
 from __future__ import annotations
@@ -78,33 +79,28 @@ def by_name(report: dict, test: str) -> dict[str, dict]:
 
 @needs_emu
 @pytest.mark.slow
-def test_known_bad_softmax_mask_backward_and_launcher_are_rejected(tmp_path):
-    """Five mistakes in five separate places, one graded run:
+def test_known_bad_softmax_backward_and_launcher_are_rejected(tmp_path):
+    """Four mistakes in four separate places, one graded run (the mma body, which the backward's tests run as
+    their forward, is left right):
     - rung 1's online softmax never rescales its running output: right while every row's maximum sits in its
       first chunk of keys (T = 1, 7), wrong from there on;
-    - the mma body's causal mask is one key late (key i + 1 seen by query i): the report points at the mask;
     - the backward stores its share of dQ instead of adding it: right while one key block holds every key
       (T <= 128 at D = 64), wrong at T = 200, and only dQ is wrong;
     - the backward draws dropout's mask with query and key swapped (the transposed tile's coordinates): the
-      forward with dropout and the backward without it pass, the backward with it fails;
+      forward with dropout passes, the backward with it fails;
     - flash.py calls PyTorch's scaled_dot_product_attention: rejected by name, whatever it computes."""
     files = solution_sources()
     cu = replace_once(files["flash.cu"], SCALAR_RESCALE, "                float acc = o[c];\n")
-    cu = replace_once(cu, MASK, MASK.replace("key > row", "key > row + 1"))
     cu = replace_once(cu, DQ_ADD, DQ_STORED)
     files["flash.cu"] = replace_once(cu, BWD_MASK, BWD_MASK.replace("dropout_words(key, q0 + col,",
                                                                     "dropout_words(q0 + col, key,"))
     files["flash.py"] = replace_once(files["flash.py"], LAUNCH, TORCH_SHORTCUT + LAUNCH)
-    report = grade(tmp_path, files, "-k", "(test_forward_rung_values and (scalar or cp_async)) or "
-                                          "test_forward_with_dropout or (test_backward_values and 64) or "
-                                          "test_backward_with_dropout or test_results_come_from_your_kernels")
-    rungs = by_name(report, "test_forward_rung_values")
-    [scalar] = [c for name, c in rungs.items() if "scalar" in name]
-    [cp_async] = [c for name, c in rungs.items() if "cp_async" in name]
+    report = grade(tmp_path, files, "-k", "(test_forward_rung_values and scalar) or test_forward_with_dropout or "
+                                          "(test_backward_values and 64) or test_backward_with_dropout or "
+                                          "test_results_come_from_your_kernels")
+    [scalar] = results(report, "test_forward_rung_values")
     assert failed(scalar) and "differ from float64 attention" in scalar["reason"], scalar
     assert "T=1," not in scalar["reason"] and "T=7," not in scalar["reason"], scalar
-    assert failed(cp_async) and "causal=True" in cp_async["reason"], cp_async
-    assert "check the causal mask" in cp_async["reason"], cp_async
     [plain] = results(report, "test_backward_values")
     assert failed(plain) and ": dq:" in plain["reason"] and "T=200" in plain["reason"], plain
     assert "added (atomicAdd" in plain["reason"], plain
@@ -114,6 +110,19 @@ def test_known_bad_softmax_mask_backward_and_launcher_are_rejected(tmp_path):
     assert failed(bwd_drop) and "the mask must be the forward's" in bwd_drop["reason"], bwd_drop
     [own] = results(report, "test_results_come_from_your_kernels")
     assert failed(own) and "flash.py imports torch" in own["reason"], own
+
+
+@needs_emu
+@pytest.mark.slow
+def test_causal_mask_off_by_one_is_rejected(tmp_path):
+    """Key i + 1 seen by query i in the mma body: the non-causal cases pass, the first causal one with more than
+    one key fails, and the report points at the causal mask."""
+    files = solution_sources()
+    files["flash.cu"] = replace_once(files["flash.cu"], MASK, MASK.replace("key > row", "key > row + 1"))
+    report = grade(tmp_path, files, "-k", "test_forward_rung_values and cp_async")
+    [check] = results(report, "test_forward_rung_values")
+    assert failed(check) and "causal=True" in check["reason"], check
+    assert "check the causal mask" in check["reason"], check
 
 
 @needs_emu
