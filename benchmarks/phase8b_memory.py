@@ -112,7 +112,7 @@ def measure(device: str, method: str, t: int) -> dict:
                    extra_bytes=peak(device) - base)
         if device == "cuda":
             from common import time_gpu
-            row["seconds"] = time_gpu(step, max_seconds=0.5, flush=False, hide_host_overhead=False)
+            row["seconds"] = time_gpu(step, max_seconds=0.2, flush=False, hide_host_overhead=False)
     except MemoryError as e:  # cupy's OutOfMemoryError and the emulator's are MemoryErrors
         row.update(out_of_memory=True, error=str(e)[:300])
     allocator.release(device)
@@ -122,6 +122,8 @@ def measure(device: str, method: str, t: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--small", action="store_true", help="the emulator at T = 64, 128: a check of the script")
+    parser.add_argument("--lengths", help="the sequence lengths, comma-separated (default: 8192, 16384 first, "
+                        "then 1024 .. 4096)")
     args = parser.parse_args(argv)
     os.environ["MINITORCH_WORKSPACE"] = tempfile.mkdtemp(prefix="minitorch-bench-")
     os.environ.pop("MINITORCH_PHASE", None)
@@ -142,18 +144,22 @@ def main(argv: list[str] | None = None) -> int:
     name = gpu_name() if device == "cuda" else emulator_name()
     print(f"device: {name}", flush=True)
     rows = []
-    for t in SMALL_LENGTHS if args.small else LENGTHS:
+    lengths = ([int(x) for x in args.lengths.split(",")] if args.lengths else
+               SMALL_LENGTHS if args.small else sorted(LENGTHS, key=lambda t: (t < 8192, t)))
+    start = time.perf_counter()
+    for t in lengths:
         for method in ("flash", "materialised"):
             row = measure(device, method, t)
             rows.append(row)
             shown = ("out of memory" if row.get("out_of_memory") else
                      f"peak {row['extra_bytes'] / 2**20:10.1f} MiB over {row['in_use_before'] / 2**20:8.1f} MiB "
                      f"in use" + (f", {row['seconds'] * 1e3:8.2f} ms" if "seconds" in row else ""))
-            print(f"T={t:6d} {method:>12}: {shown}", flush=True)
+            print(f"[{time.perf_counter() - start:5.1f} s] T={t:6d} {method:>12}: {shown}", flush=True)
+            if not args.small:  # after every row: a run cut short keeps what it measured
+                write_results("phase8b_memory", name, sorted(rows, key=lambda r: (r["t"], r["method"])),
+                              b=B, h=H, d=D)
     if args.small:
         print("(--small: a check of the script, no JSON written)")
-        return 0
-    write_results("phase8b_memory", name, rows, b=B, h=H, d=D)
     return 0
 
 
