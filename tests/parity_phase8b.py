@@ -6,7 +6,9 @@ class's chosen keys and -32 otherwise, so every score is 0 or -1024. exp2 of 0 i
 underflows to 0 on every device; each row's sum is the number of its chosen keys, a power of two, all of them
 keys its causal mask lets it see; the values are small integers, so O (a mean of 1, 2 or 4 of them) and the
 logsumexp (log2 of a power of two, times ln 2, in float32) are exact. The backward's case has one chosen key a
-row: P is 1 or 0, Delta and dV are sums of integer products, and dS (so dQ and dK) is 0 exactly.
+row: P is 1 or 0, Delta and dV are sums of integer products, and dS (so dQ and dK) is 0 exactly. Rung 5's case
+also reads dropout's mask back whole (Q = K = 0, V the identity) and compares it with minitorch.philox's words:
+on a GPU, `test_gpu_matches_emulator` then shows the mask is the same bits on cuda and on the emulator.
 """
 
 from __future__ import annotations
@@ -83,8 +85,32 @@ def _forward(variant: str) -> Callable:
         want_o = (chosen * 1.0) @ v / count
         want_lse = (np.log2(count[..., 0]).astype(np.float32) * LN2).astype(np.float64)
         got = np.concatenate([_values(backend.asnumpy(o), dtype).ravel(), backend.asnumpy(lse).ravel()])
-        return got, np.concatenate([_round16(want_o, dtype).ravel(), want_lse.ravel()])
+        want = np.concatenate([_round16(want_o, dtype).ravel(), want_lse.ravel()])
+        if variant == "tuned":  # and dropout's mask, read back whole
+            mask, expected = _dropout_mask(n, dtype)
+            got, want = np.concatenate([got, mask]), np.concatenate([want, expected])
+        return got, want
     return case
+
+
+def _dropout_mask(n: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """Q = K = 0 (every probability of a row 1/T) and V the identity (T = D): O is dropout's scaled mask itself,
+    (1/T)·bf16(1/(1-p)) where kept and 0 where dropped, exact on every device; the mask from minitorch.philox."""
+    from minitorch import philox
+
+    heads, t, p, seed, offset = 2, D, 0.25, 0x9E3779B97F4A7C15 + n, n % 7
+    zeros = backend.asarray(_bits(np.zeros((heads, t, D)), dtype))
+    eye = backend.asarray(_bits(np.broadcast_to(np.eye(t), (heads, t, D)), dtype))
+    o = backend.asarray(np.full((heads, t, D), 0xFFFF, np.uint16).view(STORAGE[dtype]))
+    lse = backend.asarray(np.zeros((heads, t), np.float32))
+    kernels.load_module("flash.py").forward(zeros, zeros, eye, o, lse, dtype, dropout_p=p, seed=seed,
+                                            offset=offset)
+    h, i, j4 = np.meshgrid(np.arange(heads), np.arange(t), np.arange(t // 4), indexing="ij")
+    counters = np.stack([j4.ravel(), i.ravel(), h.ravel(), np.full(h.size, offset)], 1).astype(np.uint32)
+    words = philox.philox4x32(counters, (seed & 0xFFFFFFFF, seed >> 32)).reshape(heads, t, t)
+    kept = words >= np.uint32(math.floor(p * 2 ** 32))
+    scaled = _round16(np.float32(1 / (1 - p)), dtype) / t  # P·(1/(1-p)) rounded to 16 bits, then O / l
+    return _values(backend.asnumpy(o), dtype).ravel(), np.where(kept, _round16(scaled, dtype), 0.0).ravel()
 
 
 def _backward_inputs(n: int, rng: np.random.Generator):
