@@ -20,7 +20,7 @@ GRADE_JOBS ?= 2
 # make test runs the unit tests in this many processes (pytest-xdist; CI's machine has two cores): each test
 # keeps its own workspace and emulator cache entries, so none depends on another running in the same process.
 TEST_JOBS ?= 2
-PHASES := phase1 phase2 phase3a phase3b phase4 phase5 phase6 phase7 phase8a
+PHASES := phase1 phase2 phase3a phase3b phase4 phase5 phase6 phase7 phase8a phase8b
 GPU_TOOLS := nbval==0.11.0 nbformat==5.10.4 nbclient==0.11.0 ipykernel==7.4.0 pytest-timeout==2.4.0 pytest==9.0.3
 
 .PHONY: help venv test sandbox-tool check-book-layout test-fast lint book test-gpu benchmarks-gpu wheelhouse labs data clean gradescope
@@ -102,7 +102,7 @@ data/sales.tsv: | $(STAMP)
 #   pip install --no-index --find-links .wheelhouse --target /tmp/site $(GPU_TOOLS) && PYTHONPATH=/tmp/site make test-gpu
 # Every phase is graded even when an earlier one fails (the exit status still reports the failure).
 GPU_RUN := PYTHONPATH=$(CURDIR):$${PYTHONPATH:-} $(GPU_PYTHON)
-GPU_BENCHMARKS ?= phase1_memory phase2_kernels phase3_xor phase4_reductions phase4_sales overhead phase5_gemm phase5_pool phase5_sales_optim phase6_conv phase6_mnist phase6_mnist_recipe phase7_gpt phase7_generate phase8a_hgemm
+GPU_BENCHMARKS ?= phase1_memory phase2_kernels phase3_xor phase4_reductions phase4_sales overhead phase5_gemm phase5_pool phase5_sales_optim phase6_conv phase6_mnist phase6_mnist_recipe phase7_gpt phase7_generate phase8a_hgemm phase8b_flash phase8b_memory
 test-gpu:
 	@mkdir -p benchmarks/results
 	MINITORCH_DEVICE=cuda $(GPU_RUN) -m pytest -m gpu -q -p no:cacheprovider tests

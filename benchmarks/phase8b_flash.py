@@ -1,6 +1,7 @@
 """Phase 8b benchmark: the FlashAttention-2 ladder (forward rungs 1-7 and the backward) against PyTorch's SDPA.
 
-The kernels are ``benchmarks/kernels/flash.cu``, compiled by CuPy's RawModule (NVRTC, one module a rung, in
+The kernels are Lab 8b's reference ``flash.cu`` (the ``%%kernel flash.cu`` cell of ``solutions/phase8b_flash.ipynb``:
+one source for the lab, this benchmark and the emulator's tests), compiled by CuPy's RawModule (NVRTC, one module a rung, in
 parallel) and launched through the driver on torch's stream (``phase8a_hgemm.Driver``). Inputs and outputs are
 (B*H, T, D) contiguous 16-bit tensors; the logsumexp is (B*H, T) fp32.
 
@@ -40,10 +41,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-from common import ROOT, gpu_name, kernel_resources, time_gpu, write_results
+from common import gpu_name, kernel_resources, solution_sources, time_gpu, write_results
 
-KERNELS = ROOT / "benchmarks" / "kernels"
-SOURCE = KERNELS / "flash.cu"
+
+def source() -> str:
+    """flash.cu as the lab's reference solution writes it."""
+    return solution_sources("phase8b_flash.ipynb")["flash.cu"]
+
 RUNG_NAMES = {1: "scalar", 2: "mma", 3: "mma_ldmatrix_swizzled", 4: "mma_cp_async", 5: "mma_tuned",
               6: "mma_lean_softmax", 7: "mma_split_kv_pipeline"}
 CTYPE = {"bf16": "bf16", "fp16": "fp16"}
@@ -53,6 +57,7 @@ LSE_TOL = 1e-5
 LOG2E = 1.4426950408889634
 
 RUNGS = tuple(RUNG_NAMES)
+KERNEL_SUFFIX = {1: "scalar", 2: "mma", 3: "ldmatrix", 4: "cp_async", 5: "tuned", 6: "lean", 7: "split_kv"}
 # forward mma rungs: (WARPS, MT, BC, LAYOUT, LDM, PIPE, LONGEST_FIRST, LEAN)
 FWD_MMA = {2: (4, 1, 64, "PLAIN", False, 1, False, False),
            3: (4, 1, 64, "SWIZZLED", True, 1, False, False),
@@ -77,14 +82,17 @@ def fwd_config(rung: int, d: int, tiles: tuple | None = None) -> tuple:
     return (w, mt, bc, "SWIZZLED", True, 3 if rung == 7 else 2, True, rung >= 6)
 
 
-def fwd_kernel(rung: int, dtype: str, d: int, tiles: tuple | None = None) -> str:
-    """The kernel of forward rung `rung` (rungs 5, 6: with `tiles` = (WARPS, MT, BC), default the first)."""
+def fwd_kernel(rung: int, dtype: str, d: int, tiles: tuple | None = None, dropout: bool = False) -> str:
+    """The kernel of forward rung `rung` (rungs 5-7: with `tiles` = (WARPS, MT, BC), default the first;
+    `dropout`: rung 5's instantiation that drops out)."""
     t = CTYPE[dtype]
     if rung == 1:
         return f"flash_fwd_1_scalar<{t}, {d}>"
-    w, mt, bc, layout, ldm, pipe, longest, lean = fwd_config(rung, d, tiles)
-    b = lambda x: str(x).lower()  # noqa: E731
-    return f"flash_fwd_mma<{t}, {d}, {w}, {mt}, {bc}, {layout}, {b(ldm)}, {pipe}, {b(longest)}, {b(lean)}>"
+    if rung in FWD_MMA:
+        return f"flash_fwd_{rung}_{KERNEL_SUFFIX[rung]}<{t}, {d}>"
+    w, mt, bc = tiles or RUNG5_CANDIDATES[d][0]
+    drop = ", true" if dropout else (", false" if rung == 5 else "")
+    return f"flash_fwd_{rung}_{KERNEL_SUFFIX[rung]}<{t}, {d}, {w}, {mt}, {bc}{drop}>"
 
 
 def fwd_geometry(rung: int, d: int, tiles: tuple | None = None) -> tuple[int, int, int]:
@@ -96,10 +104,10 @@ def fwd_geometry(rung: int, d: int, tiles: tuple | None = None) -> tuple[int, in
     return br, 32 * w, 2 * d * (br + 2 * min(pipe, 2) * bc)
 
 
-def bwd_kernels(dtype: str, d: int, tiles: tuple | None = None) -> tuple[str, str, str]:
+def bwd_kernels(dtype: str, d: int, tiles: tuple | None = None, dropout: bool = False) -> tuple[str, str, str]:
     t = CTYPE[dtype]
     w, br = tiles or BWD_CANDIDATES[d][0]
-    return (f"flash_bwd_dot_do_o<{t}, {d}>", f"flash_bwd_mma<{t}, {d}, {w}, {br}, SWIZZLED>",
+    return (f"flash_bwd_dot_do_o<{t}, {d}>", f"flash_bwd_mma<{t}, {d}, {w}, {br}, SWIZZLED, {str(dropout).lower()}>",
             f"flash_bwd_dq_convert<{t}>")
 
 
@@ -177,6 +185,13 @@ def lse_ok(got: np.ndarray, ref: np.ndarray) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------
+def NO_DROPOUT() -> list:  # noqa: N802
+    """The dropout arguments every forward kernel and the backward take: threshold 0 keeps everything."""
+    import ctypes
+
+    return [ctypes.c_uint32(0), ctypes.c_float(1.0), ctypes.c_uint64(0), ctypes.c_uint32(0)]
+
+
 class Flash:
     """The compiled kernels and launchers for them (torch tensors on the GPU)."""
 
@@ -201,7 +216,7 @@ class Flash:
                 for cand in BWD_CANDIDATES[d]:
                     names.setdefault(("bwd", d, cand), []).extend(bwd_kernels(dtype, d, cand))
         opts = ("--std=c++17", "-lineinfo", "--use_fast_math", f"--gpu-architecture={arch}") + toolkit_include_options()
-        code = SOURCE.read_text()
+        code = source()
 
         def build(key):
             start = time.perf_counter()
@@ -249,7 +264,7 @@ class Flash:
         name = fwd_kernel(rung, {"torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(q.dtype)], d, tiles)
         br, threads, smem = fwd_geometry(rung, d, tiles)
         args = [ctypes.c_uint64(x.data_ptr()) for x in (q, k, v, o, lse)] + [
-            ctypes.c_int(t), ctypes.c_float(LOG2E / math.sqrt(d)), ctypes.c_int(int(causal))]
+            ctypes.c_int(t), ctypes.c_float(LOG2E / math.sqrt(d)), ctypes.c_int(int(causal))] + NO_DROPOUT()
         return self._launch(name, (math.ceil(t / br), bh), threads, smem, args, (q, k, v, o, lse))
 
     def backward(self, q, k, v, o, lse, do, dq, dk, dv, causal: bool):
@@ -271,7 +286,7 @@ class Flash:
         l2 = self._launch(main, (math.ceil(t / bc), bh), threads, smem,
                           [p(q), p(k), p(v), p(do), p(lse), p(delta), p(dqacc), p(dk), p(dv), ctypes.c_int(t),
                            ctypes.c_float(LOG2E / math.sqrt(d)), ctypes.c_float(1 / math.sqrt(d)),
-                           ctypes.c_int(int(causal))], (q, k, v, do, lse, delta, dqacc, dk, dv))
+                           ctypes.c_int(int(causal))] + NO_DROPOUT(), (q, k, v, do, lse, delta, dqacc, dk, dv))
         l3 = self._launch(conv, (math.ceil(n / 256), 1), 256, 0,
                           [p(dqacc), p(dq), ctypes.c_float(1 / math.sqrt(d)), ctypes.c_longlong(n)], (dqacc, dq))
 

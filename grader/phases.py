@@ -75,7 +75,8 @@ PHASES: dict[str, Phase] = _chain(
     ("phase8a", "Tensor cores (16-bit conversions, the HGEMM ladder, mixed precision)", dict(
         lab="phase8a_tensor_cores", tests=("test_phase8a.py", "test_phase8a_wgmma.py"),
         learner_files=("convert.cu", "convert.py", "hgemm.cu", "hgemm.py", "hgemm_wgmma.cu"))),
-    ("phase8b", "FlashAttention and the capstone model", {}),
+    ("phase8b", "FlashAttention (forward ladder, backward, dropout)", dict(
+        lab="phase8b_flash", tests="test_phase8b.py", learner_files=("flash.cu", "flash.py"))),
 )
 
 

@@ -156,3 +156,25 @@ def causal_self_attention(qkv: Tensor, n_head: int) -> Tensor:
     """Causal multi-head self-attention: qkv (B, T, 3C) holds Q | K | V side by side, each C = n_head * D
     columns (head h at columns h * D ... (h + 1) * D of its part); returns (B, T, C), the heads merged."""
     return autograd.CausalSelfAttention.apply(_tensor("causal_self_attention", "qkv", qkv), int(n_head))
+
+
+# --- Phase 8b: FlashAttention -------------------------------------------------------------------
+
+__all__ += ["scaled_dot_product_attention"]
+
+
+def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, dropout_p: float = 0.0,
+                                 training: bool = True, seed: int | None = None, offset: int = 0) -> Tensor:
+    """softmax(q kᵀ / √D [causal]) v on (B, H, T, D) tensors, by the learner's FlashAttention (``flash.py``,
+    Phase 8b) on cuda and emu: float16 or bfloat16, D = 64 or 128 (a float32 tensor raises TypeError naming
+    ``.to("bfloat16")``); NumPy in float64 on cpu. With ``training`` and ``dropout_p`` > 0, dropout inside the
+    attention: each probability is dropped with probability p, the rest scaled by 1 / (1 - p), from Phase 5's
+    Philox under ``seed`` (drawn from NumPy's global generator when None: ``np.random.seed`` makes it
+    repeatable) and ``offset``; the backward regenerates the same mask. A captured graph keeps the seed it
+    was captured with."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _tensor("scaled_dot_product_attention", name, t)
+    p = float(dropout_p) if training else 0.0
+    if seed is None:
+        seed = int(np.random.randint(0, 2 ** 63, dtype=np.int64)) if p > 0 else 0
+    return autograd.ScaledDotProductAttention.apply(q, k, v, bool(causal), p, int(seed), int(offset))

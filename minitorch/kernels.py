@@ -103,6 +103,9 @@ KERNEL_FILES: dict[str, LearnerFile] = {
         ("hgemm.cu", "Exercise 3: the HGEMM ladder"),
         ("hgemm.py", "Exercise 4: launching the ladder"),
         ("hgemm_wgmma.cu", "Exercise 6: rung 6, wgmma fed by the TMA (Hopper)"))},
+    **{name: LearnerFile("phase8b", "labs/phase8b_flash.ipynb", cell) for name, cell in (
+        ("flash.cu", "Exercise 1: the ladder, the backward pass and dropout"),
+        ("flash.py", "Exercise 2: launching the ladder"))},
 }
 
 

@@ -86,6 +86,34 @@ def test_lab6_conv_rungs_are_refused_one_at_a_time(workspace):
     assert kernels.load_kernel("conv.cu", "splitk_reduce").function == "splitk_reduce"
 
 
+def test_lab8b_flash_rungs_are_refused_one_at_a_time(workspace):
+    """Lab 8b's flash.cu as given: every rung refuses to load, naming itself; once rung 2's one line is written,
+    rung 2 names the part it calls that is still a stub (the online softmax of the shared body), while rung 3 still
+    names its own line."""
+    lab = json.loads((ROOT / "labs" / "phase8b_flash.ipynb").read_text())
+    source = next(s for s in ("".join(c["source"]) for c in lab["cells"])
+                  if s.startswith("%%kernel flash.cu")).split("\n", 1)[1]
+    assert kernels.stubs_compile(source)
+    kernels.write_source("flash.cu", source)
+    stubs = {f: line for line, f in kernels.todo_stubs(source)}
+    for name in ("flash_fwd_1_scalar", "flash_fwd_2_mma", "flash_fwd_5_tuned", "flash_bwd_mma"):
+        with pytest.raises(kernels.KernelNotWrittenError) as err:
+            kernels.load_kernel("flash.cu", f"{name}<bf16, 64>" if "5" not in name else
+                                "flash_fwd_5_tuned<bf16, 64, 4, 2, 64, false>")
+        assert f"{name} in flash.cu is not written yet" in str(err.value), err.value
+        assert f"{name} (line {stubs[name]})" in str(err.value), err.value
+    lines = source.splitlines(keepends=True)
+    start = sum(len(x) for x in lines[:stubs["flash_fwd_2_mma"] - 1])
+    end = source.index(");", start) + 2  # the stub's call, over however many lines it is wrapped
+    rung2 = "    flash_fwd_mma<T, D, 4, 1, 64, PLAIN, false, 1, false, false, false>(FWD_ARGS);"
+    kernels.write_source("flash.cu", source[:start] + rung2 + source[end:])
+    with pytest.raises(kernels.KernelNotWrittenError) as err:
+        kernels.load_kernel("flash.cu", "flash_fwd_2_mma<bf16, 64>")
+    assert "flash_fwd_mma (line" in str(err.value) and ", which it calls" in str(err.value), err.value
+    with pytest.raises(kernels.KernelNotWrittenError, match="flash_fwd_3_ldmatrix \\(line"):
+        kernels.load_kernel("flash.cu", "flash_fwd_3_ldmatrix<bf16, 64>")
+
+
 def test_missing_kernel_names_the_lab_and_cell(workspace):
     with pytest.raises(kernels.KernelNotWrittenError) as err:
         kernels.load_kernel("memory.cu", "fill")

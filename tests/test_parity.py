@@ -18,6 +18,8 @@ from tests.parity_phase6 import NOTEBOOKS as PHASE6_NOTEBOOKS
 from tests.parity_phase6 import PHASE6_CASES
 from tests.parity_phase8a import NOTEBOOKS as PHASE8A_NOTEBOOKS
 from tests.parity_phase8a import PHASE8A_CASES
+from tests.parity_phase8b import NOTEBOOKS as PHASE8B_NOTEBOOKS
+from tests.parity_phase8b import PHASE8B_CASES
 from tests.solution_files import all_kernel_sources, solution_files
 
 SIZES = [1, 31, 256, 257, 4099, 100_003]
@@ -419,6 +421,7 @@ CASES: dict[tuple[str, str], Callable] = {
 }
 CASES.update(PHASE6_CASES)  # tests/parity_phase6.py
 CASES.update(PHASE8A_CASES)  # tests/parity_phase8a.py
+CASES.update(PHASE8B_CASES)  # tests/parity_phase8b.py
 
 
 
@@ -526,7 +529,7 @@ CASES.update({("recipe.cu", f): _recipe(f) for f in ("dropout_apply", "dropout_a
 def solution_workspace(workspace):
     for notebook in ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase3a_forward.ipynb",
                      "phase3b_backward.ipynb", "phase4_reductions.ipynb", *PHASE6_NOTEBOOKS,
-                     "phase7_gpt.ipynb", *PHASE8A_NOTEBOOKS):
+                     "phase7_gpt.ipynb", *PHASE8A_NOTEBOOKS, *PHASE8B_NOTEBOOKS):
         for name, text in solution_files(notebook).items():
             kernels.write_source(name, text)
     return workspace

@@ -24,6 +24,7 @@ from minitorch.ops.conv import conv2d, conv2d_backward_input, conv2d_backward_we
 from minitorch.ops.dispatch import on_device
 from minitorch.ops.elementwise import add, add_bias, mul, relu, relu_backward, scalar_mul, sigmoid, sigmoid_backward
 from minitorch.ops.embedding import embedding, embedding_backward
+from minitorch.ops.flash import flash_attention, flash_attention_backward
 from minitorch.ops.gelu import gelu, gelu_backward
 from minitorch.ops.kv_cache import cached_attention, write_position_
 from minitorch.ops.layernorm import layer_norm, layer_norm_backward
@@ -60,4 +61,6 @@ __all__ = [
     "autocast_dtype", "convert", "product_dtype", "set_autocast_dtype",
     # KV-cached generation
     "cached_attention", "write_position_",
+    # Phase 8b
+    "flash_attention", "flash_attention_backward",
 ]

@@ -1,11 +1,11 @@
-"""Phase 8b's FlashAttention ladder (benchmarks/kernels/flash.cu) on the emulator: every forward rung and the
-backward against a float64 NumPy attention of the 16-bit inputs (``phase8b_flash.reference``), at sequence
-lengths that are multiples of no tile (1, 7, 65), causal and not, fp16 and bf16, D = 64 (and one D = 128).
+"""The benchmark's harness (benchmarks/phase8b_flash.py) on the emulator, with the lab's reference flash.cu
+(solutions/phase8b_flash.ipynb): the backward in the two tilings its tuner may choose besides the lab's, against
+a float64 NumPy attention of the 16-bit inputs (``phase8b_flash.reference``), at T = 65, causal.
 
 The bound (``phase8b_flash.within_bound``): |out - ref| <= 3 u mag + u |ref|, u the 16-bit type's unit
-roundoff, mag the same product on magnitudes (P |V| for O): the kernels round P (and dS) to 16 bits before
-their products and round their outputs, everything else is fp32. Known-bad variants (no rescaling of the
-running output, a causal mask off by one, an unmasked tail) must fail it.
+roundoff, mag the same product on magnitudes: the kernels round P (and dS) to 16 bits before their products and
+round their outputs, everything else is fp32. Every rung and the backward in the lab's tiling are graded by
+`grader check phase8b --solutions` (make test); known-bad variants by tests/grader/test_grader_fixtures_phase8b.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import sys
 from functools import cache
 
 import numpy as np
-import pytest
 
 from minitorch import emu
 from tests.conftest import ROOT
@@ -23,10 +22,11 @@ from tests.conftest import ROOT
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import phase8b_flash as fl  # noqa: E402
 
-SOURCE = fl.SOURCE.read_text()
+SOURCE = fl.source()
 RNG = np.random.default_rng(25)
 LENGTHS = (1, 7, 65)
 BH = 2  # two heads: a wrong head offset shows
+NO_DROPOUT = (np.uint32(0), np.float32(1.0), np.uint64(0), np.uint32(0))
 
 
 @cache
@@ -49,7 +49,7 @@ def forward(rung: int, dtype: str, q, k, v, causal: bool, code: str = SOURCE):
     if smem > 48 * 1024:
         kern.max_dynamic_shared_size_bytes = smem
     kern((math.ceil(t / br), bh), (threads,), (emu.asarray(q), emu.asarray(k), emu.asarray(v), o, lse, np.int32(t),
-                                               np.float32(fl.LOG2E / math.sqrt(d)), np.int32(causal)),
+                                               np.float32(fl.LOG2E / math.sqrt(d)), np.int32(causal), *NO_DROPOUT),
          shared_mem=smem)
     return o.get(), lse.get()
 
@@ -69,7 +69,7 @@ def backward(dtype: str, q, k, v, o, lse, do, causal: bool, tiles: tuple | None 
         main.max_dynamic_shared_size_bytes = smem
     main((math.ceil(t / bc), bh), (threads,), (*args[:3], args[5], args[4], delta, dqacc, dk, dv, np.int32(t),
                                                np.float32(fl.LOG2E / math.sqrt(d)), np.float32(1 / math.sqrt(d)),
-                                               np.int32(causal)), shared_mem=smem)
+                                               np.int32(causal), *NO_DROPOUT), shared_mem=smem)
     conv((math.ceil(n / 256),), (256,), (dqacc, dq, np.float32(1 / math.sqrt(d)), np.int64(n)))
     return dq.get(), dk.get(), dv.get()
 
@@ -81,23 +81,6 @@ def check_forward(rung: int, dtype: str, t: int, d: int, causal: bool, code: str
     ok, units = fl.within_bound(fl.from_bits(o, dtype), ref["o"], ref["o_mag"], dtype)
     ok_lse = fl.lse_ok(lse, ref["lse"])
     return ok and ok_lse, f"rung {rung} {dtype} T={t} D={d} causal={causal}: O {units:.2f} u-units, lse ok {ok_lse}"
-
-
-@pytest.mark.parametrize("rung", fl.RUNGS)
-def test_forward_rung_matches_float64_attention(rung: int) -> None:
-    for dtype in ("fp16", "bf16"):
-        for t in LENGTHS:
-            for causal in (False, True):
-                ok, msg = check_forward(rung, dtype, t, 64, causal)
-                assert ok, msg
-    ok, msg = check_forward(rung, "bf16", 65, 128, True)
-    assert ok, msg
-
-
-@pytest.mark.parametrize("dtype", ["fp16", "bf16"])
-def test_backward_matches_float64_gradients(dtype: str) -> None:
-    cases = [(t, 64, c, None) for t in LENGTHS for c in (False, True)] + ([(65, 128, True, None)] * (dtype == "bf16"))
-    check_backward(dtype, cases)
 
 
 def test_backward_in_the_other_tilings_the_benchmark_may_choose() -> None:
@@ -120,33 +103,3 @@ def check_backward(dtype: str, cases: list[tuple]) -> None:
     for t, d, causal, tiles in cases:
         for name, (ok, units) in backward_errors(dtype, t, d, causal, tiles).items():
             assert ok, f"{name} {dtype} T={t} D={d} causal={causal} tiles {tiles}: {units:.2f} u-units"
-
-
-def mutated(old: str, new: str) -> str:
-    assert SOURCE.count(old) == 1, old
-    return SOURCE.replace(old, new)
-
-
-def test_known_bad_forward_variants_fail_the_bound() -> None:
-    """The bound is not loose: an output never rescaled, a causal mask off by one and an unmasked tail fail."""
-    no_rescale = mutated("o[i][j][0] *= alpha[0], o[i][j][1] *= alpha[0];", "")
-    ok, msg = check_forward(3, "bf16", 200, 64, False, no_rescale)  # 4 key tiles: the running max moves
-    assert not ok, msg
-    off_by_one = mutated("if (key >= seq || (causal && key > row)) x = -INFINITY;",
-                         "if (key >= seq || (causal && key > row + 1)) x = -INFINITY;")
-    ok, msg = check_forward(3, "bf16", 65, 64, True, off_by_one)
-    assert not ok, msg
-    no_tail = mutated("if (key >= seq || (causal && key > row)) x = -INFINITY;",
-                      "if (causal && key > row) x = -INFINITY;")
-    ok, msg = check_forward(3, "fp16", 7, 64, False, no_tail)
-    assert not ok, msg
-
-
-def test_a_dq_stored_instead_of_accumulated_fails() -> None:
-    """Each key tile's block must add its share of dQ: a plain store keeps one block's share (T = 130: 3 blocks)."""
-    stored = mutated("atomic_add2(dq + (size_t)row * D + d0 + j * 8 + 2 * qd, acc[j][2 * r], acc[j][2 * r + 1]);",
-                     "{ float* p_ = dq + (size_t)row * D + d0 + j * 8 + 2 * qd; p_[0] = acc[j][2 * r]; "
-                     "p_[1] = acc[j][2 * r + 1]; }")
-    errors = backward_errors("bf16", 130, 64, False, code=stored)
-    assert not errors["dq"][0], errors
-    assert errors["dk"][0] and errors["dv"][0], errors  # dK and dV are the block's own: still right
