@@ -98,7 +98,9 @@ KERNEL_FILES: dict[str, LearnerFile] = {
         ("convert.cu", "Exercise 1: conversions"),
         ("convert.py", "Exercise 2: launching the conversions"),
         ("hgemm.cu", "Exercise 3: the HGEMM ladder"),
-        ("hgemm.py", "Exercise 4: launching the ladder"))},
+        ("hgemm.py", "Exercise 4: launching the ladder"),
+        ("scaler.cu", "Exercise 6: a loss scaler on the device"),
+        ("scaler.py", "Exercise 7: launching the loss scaler"))},
 }
 
 

@@ -11,12 +11,27 @@ import minitorch
 from minitorch import amp, kernels, ops
 from tests.half_support import half_device, reference_bits  # noqa: F401 (half_device is the device fixture)
 from tests.phase3_support import write_solutions
+from tests.solution_files import solution_files
 
 # the forced overflows make NumPy warn on the cpu device
 pytestmark = [pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning"),
               pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")]
 
 
+
+
+@pytest.fixture(autouse=True)
+def scaler_files(request):
+    """The loss scaler's device side (scaler.cu/.py, Phase 8a's lab solution) next to the stand-ins, and
+    Phase 7's clip.cu/.py (scale_by: a loss's backward scaled by a device value), Phase 5's Adam."""
+    if "device" in request.fixturenames:
+        workspace = request.getfixturevalue("workspace")
+        request.getfixturevalue("device")
+        for notebook, prefix in (("phase8a_tensor_cores.ipynb", "scaler."), ("phase7_gpt.ipynb", "clip."),
+                                 ("phase5_fast.ipynb", "adam.")):
+            for name, text in solution_files(notebook).items():
+                if name.startswith(prefix):
+                    (workspace / name).write_text(text)
 
 
 def _rounded(x: np.ndarray, fmt: str) -> np.ndarray:
@@ -256,19 +271,8 @@ def test_an_autocast_training_step_is_capturable(device):
         np.testing.assert_array_equal(p.numpy(), q.numpy())
 
     scaled_layer, _ = make(8)
-    opt = minitorch.optim.SGD(scaled_layer.parameters(), lr=0.1)
     scaler = amp.GradScaler()
     x, zero = minitorch.tensor(np.ones((5, 4), np.float32)), minitorch.tensor(np.zeros((5, 3), np.float32))
-
-    def scaled_step():
-        opt.zero_grad()
-        with amp.autocast("float16"):
-            loss = minitorch.functional.mse_loss(scaled_layer(x), zero)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-
-    with pytest.raises(RuntimeError, match="GradScaler.step cannot be captured in a graph"):
-        graph.capture(scaled_step)
 
     def scaled_backward():  # the scaled loss's backward reads nothing from the host: capturable
         scaled_layer.zero_grad()
@@ -281,6 +285,65 @@ def test_an_autocast_training_step_is_capturable(device):
     captured = graph.capture(scaled_backward)
     captured.replay()
     np.testing.assert_array_equal(captured.output.numpy(), eager_grad)
+
+
+def _scaled_training(device: str, captured: bool, batches: list[np.ndarray], optimizer: str):
+    """A Linear(4, 2) trained in float16 with a GradScaler, one step per batch: eagerly, or with the whole
+    step (forward, scaled backward, scaler.step, scaler.update) captured once and replayed; returns the
+    scale, the parameters and the optimizer's state after each step."""
+    from minitorch import graph
+
+    layer = minitorch.nn.Linear(4, 2, seed=11).to(device)
+    opt = (minitorch.optim.SGD(layer.parameters(), lr=1e-4, momentum=0.9) if optimizer == "sgd"
+           else minitorch.optim.Adam(layer.parameters(), lr=1e-3))
+    scaler = amp.GradScaler(init_scale=2.0 ** 12, growth_interval=2)
+    x, y = minitorch.tensor(batches[0], device), minitorch.zeros((len(batches[0]), 2), device)
+
+    def step():
+        opt.zero_grad()
+        with amp.autocast("float16"):
+            loss = minitorch.functional.mse_loss(layer(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+
+    run = graph.capture(step).replay if captured else step
+    history = []
+    for batch in batches:
+        x.copy_from(batch)
+        run()
+        state = ([opt.velocity[id(p)].numpy() for p in layer.parameters()] if optimizer == "sgd"
+                 else [opt.step_count] + [opt.m[id(p)].numpy() for p in layer.parameters()])
+        history.append((scaler.get_scale(), [p.numpy() for p in layer.parameters()], state))
+    return history
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_a_captured_step_with_a_grad_scaler_skips_overflows_on_the_device(device, optimizer):
+    """Batches of small values (the scaled gradients fit float16) and of large ones (x = 300: dL/dy·2¹² >
+    65504, an overflow): the captured step, replayed, must skip exactly the overflowing steps (parameters,
+    momentum or Adam's m and step count unchanged), halve the scale at each and double it after two good
+    steps in a row, as the eager steps do, bit for bit: nothing is decided on the host."""
+    if device == "cpu":
+        pytest.skip("the cpu device has no graphs")
+    rng = np.random.default_rng(12)
+    small = [rng.standard_normal((8, 4)).astype(np.float32) for _ in range(4)]
+    big = np.full((8, 4), 3000.0, np.float32)
+    batches = [small[0], big, small[1], small[2], big, big, small[3]]
+    eager = _scaled_training(device, False, batches, optimizer)
+    replayed = _scaled_training(device, True, batches, optimizer)
+    scales = [h[0] for h in eager]
+    # overflow: halved; two good steps in a row: doubled (the interval is 2)
+    assert scales == [2.0 ** 12, 2.0 ** 11, 2.0 ** 11, 2.0 ** 12, 2.0 ** 11, 2.0 ** 10, 2.0 ** 10], scales
+    for i in (1, 4, 5):  # the overflowing steps changed nothing
+        for before, after in zip(eager[i - 1][1] + eager[i - 1][2], eager[i][1] + eager[i][2], strict=True):
+            np.testing.assert_array_equal(after, before)
+    for i in (2, 3, 6):  # the good ones moved the parameters
+        assert not np.array_equal(eager[i][1][0], eager[i - 1][1][0])
+    for (s1, p1, o1), (s2, p2, o2) in zip(eager, replayed, strict=True):
+        assert s1 == s2
+        for a, b in zip(p1 + o1, p2 + o2, strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_a_gpt_under_autocast_keeps_float32_everywhere_but_the_products(workspace):
