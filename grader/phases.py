@@ -72,8 +72,8 @@ PHASES: dict[str, Phase] = _chain(
         learner_files=("gelu.cu", "gelu.py", "layernorm.cu", "layernorm.py", "embedding.cu", "embedding.py",
                        "attention.cu", "attention.py", "clip.cu", "clip.py"))),
     ("phase8a", "Tensor cores (16-bit conversions, the HGEMM ladder, mixed precision)", dict(
-        lab="phase8a_tensor_cores", tests="test_phase8a.py",
-        learner_files=("convert.cu", "convert.py", "hgemm.cu", "hgemm.py"))),
+        lab="phase8a_tensor_cores", tests=("test_phase8a.py", "test_phase8a_amp.py"),
+        learner_files=("convert.cu", "convert.py", "hgemm.cu", "hgemm.py", "scaler.cu", "scaler.py"))),
     ("phase8b", "FlashAttention and the capstone model", {}),
 )
 
