@@ -180,3 +180,22 @@ def test_a_convolution_recorded_in_float32_stays_float32_under_a_later_autocast(
         y.backward(minitorch.tensor(np.ones(y.shape, np.float32), device))
     dw = np.einsum("ncpqrs,nkpq->kcrs", _windows(x32.astype(np.float64), 3, 3, 1, 1), np.ones(y.shape))
     np.testing.assert_allclose(w.grad.numpy(), dw, rtol=1e-5, atol=1e-5)
+
+
+def test_an_emu_array_indexed_along_its_first_axis_is_a_view():
+    """a[i] of an emulated device array is the i-th sub-array, sharing memory (as CuPy's): how a batch of
+    matrices is handed to a launcher one matrix at a time. Any other index would read values: refused."""
+    from minitorch import emu
+
+    a = emu.asarray(np.arange(24, dtype=np.float32).reshape(2, 3, 4))
+    b = a[1]
+    assert b.shape == (3, 4) and b.data.ptr == a.data.ptr + 12 * 4
+    np.testing.assert_array_equal(b.get(), np.arange(12, 24, dtype=np.float32).reshape(3, 4))
+    assert a[-2].data.ptr == a.data.ptr and a[np.int64(1)].data.ptr == b.data.ptr
+    b.set(np.zeros((3, 4), np.float32))  # a write through the view lands in a
+    np.testing.assert_array_equal(a.get()[1], 0)
+    with pytest.raises(IndexError, match="out of bounds"):
+        a[2]
+    for bad in (slice(0, 1), (0, 1), True):
+        with pytest.raises(TypeError, match="not supported"):
+            a[bad]
