@@ -371,3 +371,46 @@ def test_a_gpt_under_autocast_keeps_float32_everywhere_but_the_products(workspac
     for name, g in grads16.items():
         assert g.dtype == np.float32
         assert np.max(np.abs(g - grads32[name])) <= 0.05 * np.max(np.abs(grads32[name])) + 1e-6, name
+
+
+@pytest.mark.parametrize("loss_name", ["mse", "cross_entropy"])
+def test_a_loss_scaled_by_a_device_value_backpropagates_without_a_read(device, loss_name, monkeypatch):
+    """A loss times a value only the device knows (a GradScaler's scale): the loss's backward scales its
+    gradient on the device (Phase 7's scale_by) instead of reading the value back, so it can be captured;
+    the gradient is the float64 one within float32 rounding. Grading an earlier phase (before clip.py's
+    phase) keeps the read: that phase is graded on its own kernels."""
+    if device == "cpu":
+        pytest.skip("the cpu device has no graphs and reads nothing back")
+    from minitorch import graph
+
+    if loss_name == "cross_entropy":
+        for name, text in solution_files("phase6_cnn.ipynb").items():
+            if name.startswith("softmax."):
+                (minitorch.kernels.workspace_dir() / name).write_text(text)
+    rng = np.random.default_rng(13)
+    pred32 = rng.standard_normal((6, 5)).astype(np.float32)
+    labels = rng.integers(0, 5, 6)
+    target32 = rng.standard_normal((6, 5)).astype(np.float32)
+    pred = minitorch.tensor(pred32, device, requires_grad=True)
+    scale = minitorch.tensor(np.array([3.0], np.float32), device).reshape(())
+    target = (minitorch.tensor(target32, device) if loss_name == "mse"
+              else minitorch.functional.class_indices(labels, device))
+    loss_fn = minitorch.functional.mse_loss if loss_name == "mse" else minitorch.functional.cross_entropy
+
+    def backward():
+        pred.grad = None
+        (loss_fn(pred, target) * scale).backward()
+        return pred.grad
+
+    captured = graph.capture(backward)
+    captured.replay()
+    p64 = pred32.astype(np.float64)
+    if loss_name == "mse":
+        want = 3.0 * 2 * (p64 - target32) / p64.size
+    else:
+        e = np.exp(p64 - p64.max(axis=1, keepdims=True))
+        want = 3.0 * (e / e.sum(axis=1, keepdims=True) - np.eye(5)[labels]) / 6
+    np.testing.assert_allclose(captured.output.numpy(), want, rtol=1e-5, atol=1e-7)
+    monkeypatch.setenv("MINITORCH_PHASE", "phase6")
+    with pytest.raises(Exception, match="captur"):
+        graph.capture(backward)

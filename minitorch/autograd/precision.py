@@ -32,7 +32,16 @@ def times_upstream(gradient_for: Callable[[float], Tensor], grad: Tensor) -> Ten
     once Phase 7's ``clip.py`` exists, ``gradient_for(1.0)`` scaled on the device by ``grad`` (its
     ``scale_by``): no read back, so a step whose loss is multiplied by a device value (a GradScaler's
     scale) can be captured in a graph. Else one 4-byte read."""
-    if host_value(grad) is None and grad.device != "cpu" and grad.size == 1 \
-            and os.path.exists(kernels.source_path("clip.py")):
+    if host_value(grad) is None and grad.device != "cpu" and grad.size == 1 and _has_scale_by():
         return ops.scale_by_(gradient_for(1.0), ops.reshape(grad, (1,)))
     return gradient_for(host_scalar(grad))
+
+
+def _has_scale_by() -> bool:
+    """Whether Phase 7's ``clip.py`` is written and may be used: the phase being graded (``MINITORCH_PHASE``,
+    when set) is Phase 7 or later, so an earlier phase is graded on its own kernels only."""
+    where = kernels.KERNEL_FILES["clip.py"]
+    graded = os.environ.get("MINITORCH_PHASE")
+    if graded and kernels.phase_index(graded) < kernels.phase_index(where.phase):
+        return False
+    return os.path.exists(kernels.source_path("clip.py"))
