@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import sys
@@ -37,7 +38,7 @@ from common import emulator_name, gpu_name, software, solution_sources, write_re
 LABS = gpt.LABS + ("phase8a_tensor_cores",)
 PRECISIONS = ("float32", "bfloat16")
 GPT_FULL, GPT_SMALL = gpt.FULL, dict(gpt.SMALL, train=dict(steps=6, batch_size=4, lr=1e-2, eval_every=3))
-MNIST_FULL, MNIST_SMALL = mnist.FULL, dict(epochs=1, train_images=256, test_images=200)
+MNIST_FULL, MNIST_SMALL = mnist.FULL, dict(epochs=1, train_images=128, test_images=100)
 MNIST_STEP_BATCH = mnist.BATCH
 
 
@@ -120,13 +121,15 @@ def gpt_rows(device: str, setup: dict) -> list[dict]:
                      "val_loss": val, "train_seconds": seconds, "launches_per_step": captured.launches})
         print(f"GPT {precision}: validation loss {val:.4f} after {train_cfg['steps']} steps in {seconds:.2f} s "
               f"({captured.launches} launches a step)", flush=True)
-        steps[precision], models[precision] = (captured, step), model
+        steps[precision], models[precision] = (captured, step, xb, yb), model
 
     # one step timed alone, on one batch, from the trained fp32 weights: minitorch both ways, PyTorch both ways
     x, y = text.RandomWindows(train_ids, t, b, seed=gpt.SEED + 1).sample()
     row = {"kind": "step", "model": "gpt", "batch": b, "context": t}
     for precision in PRECISIONS:
-        captured, step = steps[precision]
+        captured, step, xb, yb = steps[precision]
+        xb.copy_from(x)  # the batch PyTorch is timed on too
+        yb.copy_from(y)
         row[f"minitorch_{precision}_captured_seconds"] = time_of(captured.replay)
         row[f"minitorch_{precision}_eager_seconds"] = time_of(step)
     torch = torch_or_none()
@@ -138,6 +141,7 @@ def gpt_rows(device: str, setup: dict) -> list[dict]:
 
     tdev = "cuda" if device == "cuda" else "cpu"
     txb, tyb = (torch.from_numpy(a.astype(np.int64)).to(tdev) for a in (x, y))
+
     def torch_step_of(precision: str, capturable: bool):
         net = gpt.torch_gpt(model_cfg, vocab, tdev)
         gpt.load_weights(net, models["float32"])
@@ -159,6 +163,7 @@ def gpt_rows(device: str, setup: dict) -> list[dict]:
     for precision in PRECISIONS:  # eager as most PyTorch code runs; captured with a capturable AdamW
         row[f"pytorch_{precision}_eager_seconds"] = time_of(torch_step_of(precision, False))
         if device == "cuda":
+            gc.collect()  # earlier steps' autograd graphs belong to the default stream: let them go first
             row[f"pytorch_{precision}_captured_seconds"] = time_of(
                 gpt.torch_captured(torch_step_of(precision, True)).replay)
     rows.append(row)
@@ -211,11 +216,14 @@ def mnist_rows(device: str, config: dict) -> list[dict]:
                      "test_accuracy": accuracy, "train_seconds": seconds, "launches_per_step": captured.launches})
         print(f"MNIST CNN {precision}: test accuracy {accuracy:.2%} after {epochs} epochs in {seconds:.2f} s "
               f"({captured.launches} launches a step)", flush=True)
-        steps[precision] = (captured, train_step)
+        steps[precision] = (captured, train_step, x_batch, y_batch)
 
     row = {"kind": "step", "model": "mnist_cnn", "batch": mnist.BATCH}
+    chosen = arrays["orders"][0][:mnist.BATCH]  # one batch, for every framework and precision
     for precision in PRECISIONS:
-        captured, step = steps[precision]
+        captured, step, x_batch, y_batch = steps[precision]
+        x_batch.copy_from(np.ascontiguousarray(arrays["x_train"][chosen]))
+        y_batch.copy_from(y_train[chosen])
         row[f"minitorch_{precision}_captured_seconds"] = time_of(captured.replay)
         row[f"minitorch_{precision}_eager_seconds"] = time_of(step)
     torch = torch_or_none()
@@ -224,7 +232,6 @@ def mnist_rows(device: str, config: dict) -> list[dict]:
         rows.append(row)
         return rows
     tdev = "cuda" if device == "cuda" else "cpu"
-    chosen = arrays["orders"][0][:mnist.BATCH]
     tx = torch.from_numpy(np.ascontiguousarray(arrays["x_train"][chosen])).to(tdev)
     ty = torch.from_numpy(arrays["y_train"][chosen]).to(tdev)
     def torch_step_of(precision: str, capturable: bool):
@@ -248,6 +255,7 @@ def mnist_rows(device: str, config: dict) -> list[dict]:
     for precision in PRECISIONS:
         row[f"pytorch_{precision}_eager_seconds"] = time_of(torch_step_of(precision, False))
         if device == "cuda":
+            gc.collect()  # earlier steps' autograd graphs belong to the default stream: let them go first
             row[f"pytorch_{precision}_captured_seconds"] = time_of(
                 gpt.torch_captured(torch_step_of(precision, True)).replay)
     rows.append(row)
