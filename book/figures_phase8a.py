@@ -614,8 +614,9 @@ def _amp_text(res: Results) -> str:
     parts = [
         f"On the {_short(res)} ({res.date}), the GPT trained {g32['steps']} steps reached a validation loss of "
         f"{g32['val_loss']:.4f} in float32 and {g16['val_loss']:.4f} under bf16 autocast "
-        f"(a gap of {g16['val_loss'] - g32['val_loss']:+.4f}; the bound is 0.02), and the CNN trained "
-        f"{c32['epochs']} epoch{'s' if c32['epochs'] != 1 else ''} {c32['test_accuracy']:.2%} test accuracy in float32 and "
+        f"(a gap of {g16['val_loss'] - g32['val_loss']:+.4f}; the bound is 0.02), and the CNN, trained "
+        f"{c32['epochs']} epoch{'s' if c32['epochs'] != 1 else ''}, reached {c32['test_accuracy']:.2%} test accuracy "
+        f"in float32 and "
         f"{c16['test_accuracy']:.2%} under bf16 autocast "
         f"({100 * (c16['test_accuracy'] - c32['test_accuracy']):+.2f} points; the bound is 0.1)."]
     for model, name in (("gpt", "GPT"), ("mnist_cnn", "CNN")):
