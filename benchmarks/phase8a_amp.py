@@ -313,9 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.only:
         rows += summaries(rows)
     config = {"gpt": GPT_SMALL if args.small else GPT_FULL, "mnist": MNIST_SMALL if args.small else MNIST_FULL,
-              "autocast": "bfloat16", "hgemm_variant": "best",
-              # the tensor-core weight gradient of a convolution cut into chunks of its positions (split-K)
-              "conv_weight_split_k": True}
+              "autocast": "bfloat16", "hgemm_variant": "best"}
     if args.small:
         path = Path(tempfile.mkdtemp(prefix="phase8a-amp-small-")) / "phase8a_amp-small.json"
         doc = {"benchmark": "phase8a_amp", "device": name, "date": datetime.date.today().isoformat(),

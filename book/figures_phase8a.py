@@ -632,7 +632,4 @@ def _amp_text(res: Results) -> str:
         f" A float32 GPT step replays {g32['launches_per_step']} launches, a bf16 one {g16['launches_per_step']}: "
         f"each of attention's batched products is one `hgemm` launch per matrix of the batch. The CNN's steps "
         f"replay {c32['launches_per_step']} and {c16['launches_per_step']} launches.")
-    if not _raw(res).get("config", {}).get("conv_weight_split_k"):
-        parts.append(" This run predates the split of the convolutions' weight-gradient sum into chunks "
-                     "(split-K): its bf16 CNN step walks each weight gradient's whole sum in one block.")
     return "".join(parts)

@@ -22,8 +22,7 @@ import numpy as np
 
 from minitorch import backend, dtypes, kernels
 from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch, on_device
-from minitorch.ops.linalg import matmul, product_dtype, tensor_core_bmm, transpose
-from minitorch.ops.reduce import bias_grad
+from minitorch.ops.linalg import matmul, product_dtype
 from minitorch.tensor import DTYPE, Tensor
 
 VARIANTS = ("direct", "im2col", "tiled", "igemm", "winograd", "best")
@@ -240,42 +239,12 @@ def _tensor_core_backward_input(dy: Tensor, w: Tensor, shape: tuple[int, ...], s
     return Tensor(dx, device)
 
 
-SPLIT_MIN_CHUNK = 512  # positions a chunk of the weight gradient's sum holds at least
-SPLIT_MAX = 64  # chunks at most
-
-
-def weight_gradient_splits(positions: int) -> int:
-    """How many chunks the weight gradient's sum over N·P·Q positions is cut into: the largest divisor of
-    ``positions`` up to SPLIT_MAX that leaves chunks of SPLIT_MIN_CHUNK positions or more (1: no split).
-
-    The product dW = dY·colsᵀ has few outputs (K × C·R·S: 8 × 9 for a first layer) and a long sum (64
-    images × 28 × 28 = 50176 positions): one tile of outputs, so one block of the tensor-core rung would
-    walk the whole sum alone. Cut into chunks, each chunk is one product of the batch (its own blocks),
-    and the partial products are summed after (split-K, as Phase 6's float32 rungs do)."""
-    for splits in range(min(SPLIT_MAX, positions // SPLIT_MIN_CHUNK), 1, -1):
-        if positions % splits == 0:
-            return splits
-    return 1
-
-
 def _tensor_core_backward_weight(x: Tensor, dy: Tensor, shape: tuple[int, ...], stride: int, padding: int,
                                  compute: Any) -> Tensor:
-    """dW (K, C·R·S) = dy (K, N·P·Q) @ im2col(x)ᵀ on hgemm: one product (im2col(x)ᵀ read in place), or,
-    for a long sum, ``weight_gradient_splits`` products of chunks of the positions (both operands
-    transposed by Phase 2's kernel so that a chunk is contiguous rows), summed by Phase 3's column sum."""
+    """dW (K, C·R·S) = dy (K, N·P·Q) @ im2col(x)ᵀ, the product on hgemm (im2col(x)ᵀ read in place)."""
     n, c, h, wd, k, r, s, p, q = shape
     device = x.device
     if not (k and c * r * s):
         return Tensor(empty(device, (k, c, r, s)), device)
-    dyt, cols = _gemm_layout(dy, shape), _cols(x, shape, stride, padding)
-    positions = n * p * q
-    splits = weight_gradient_splits(positions)
-    if splits == 1:
-        dw = matmul(dyt, cols, transpose_b=True, compute_dtype=compute)
-        return Tensor(dw.data.reshape(k, c, r, s), device)
-    chunk, crs = positions // splits, c * r * s
-    a = Tensor(transpose(dyt).data.reshape(splits, chunk, k), device)      # chunks of dYᵀ: (chunk, K) each
-    b = Tensor(transpose(cols).data.reshape(splits, chunk, crs), device)   # chunks of colsᵀ: (chunk, C·R·S)
-    partial = tensor_core_bmm(a, b, compute, (splits, k, crs, chunk), True, False)  # (splits, K, C·R·S)
-    dw = bias_grad(Tensor(partial.data.reshape(splits, k * crs), device))
+    dw = matmul(_gemm_layout(dy, shape), _cols(x, shape, stride, padding), transpose_b=True, compute_dtype=compute)
     return Tensor(dw.data.reshape(k, c, r, s), device)
