@@ -653,3 +653,92 @@ def phase8a_wgmma_lab() -> None:
     glue_md("phase8a-wgmma-ncu", text or (
         f"*No Nsight Compute reading of the lab's rungs 5 and 6 is committed yet: run `{LAB_SCRIPT} --profile` under "
         f"`ncu --csv` on an H100 or H200, then `{LAB_SCRIPT} --from-ncu` on its output.*"))
+
+
+# Mixed-precision training (benchmarks/phase8a_amp.py)
+# --------------------------------------------------------------------------------------
+
+AMP_BENCH = "phase8a_amp"
+AMP_SCRIPT = "benchmarks/phase8a_amp.py"
+AMP_MODELS = (("gpt", "GPT (Phase 7), one step"), ("mnist_cnn", "MNIST CNN (Phase 6), one step"))
+AMP_BARS = [  # (key in the step row, label, colour)
+    ("minitorch_float32_captured_seconds", "minitorch fp32, graph", GREY),
+    ("minitorch_bfloat16_captured_seconds", "minitorch bf16 autocast, graph", BLUE),
+    ("pytorch_float32_captured_seconds", "PyTorch fp32, graph", ORANGE),
+    ("pytorch_bfloat16_captured_seconds", "PyTorch torch.autocast bf16, graph", VERMILLION),
+    ("pytorch_float32_eager_seconds", "PyTorch fp32, eager", PURPLE),
+    ("pytorch_bfloat16_eager_seconds", "PyTorch torch.autocast bf16, eager", GREEN),
+]
+
+
+def amp_results() -> list[Results]:
+    return sorted(every_card(AMP_BENCH), key=lambda r: ("H100" not in r.device, r.device))
+
+
+def phase8a_amp() -> None:
+    """The deliverable's figure (step times of both models, both precisions, both frameworks) and its text
+    (the accuracy and loss gaps, the ratios), from the first card's JSON."""
+    figs, texts = ["fig-phase8a-amp"], ["phase8a-amp-text", "phase8a-amp-source"]
+    results = amp_results()
+    if not results:
+        for name in figs:
+            glue_figure(name, missing_figure(AMP_BENCH, "mixed-precision training", AMP_SCRIPT))
+        for name in texts:
+            glue_md(name, missing_md(AMP_BENCH, AMP_SCRIPT))
+        return
+    res = results[0]
+    glue_figure(figs[0], _amp_figure(res))
+    glue_md("phase8a-amp-source", res.provenance)
+    glue_md("phase8a-amp-text", _amp_text(res))
+
+
+def _amp_rows(res: Results, kind: str) -> dict[str, dict]:
+    return {r["model"]: r for r in res.rows if r["kind"] == kind}
+
+
+def _amp_figure(res: Results):
+    steps = _amp_rows(res, "step")
+    fig, axes = plt.subplots(1, len(AMP_MODELS), figsize=(11, 3.4), squeeze=False)
+    for ax, (model, title) in zip(axes[0], AMP_MODELS, strict=True):
+        row = steps[model]
+        bars = [(label, row[key] * 1e3, colour) for key, label, colour in AMP_BARS if key in row]
+        drawn = ax.barh([b[0] for b in bars], [b[1] for b in bars], color=[b[2] for b in bars])
+        for bar, (_, ms, _) in zip(drawn, bars, strict=True):
+            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {ms:.3g} ms", va="center", fontsize=8)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("milliseconds a training step (host time included)")
+        ax.set_xlim(0, max(b[1] for b in bars) * 1.35)
+        ax.invert_yaxis()
+    fig.suptitle(f"{_short(res)}, {res.date}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _amp_text(res: Results) -> str:
+    steps, summary = _amp_rows(res, "step"), _amp_rows(res, "summary")
+    gpt = [r for r in res.rows if r["kind"] == "training" and r["model"] == "gpt"]
+    cnn = [r for r in res.rows if r["kind"] == "training" and r["model"] == "mnist_cnn"]
+    g32, g16 = (next(r for r in gpt if r["precision"] == p) for p in ("float32", "bfloat16"))
+    c32, c16 = (next(r for r in cnn if r["precision"] == p) for p in ("float32", "bfloat16"))
+    parts = [
+        f"On the {_short(res)} ({res.date}), the GPT trained {g32['steps']} steps reached a validation loss of "
+        f"{g32['val_loss']:.4f} in float32 and {g16['val_loss']:.4f} under bf16 autocast "
+        f"(a gap of {g16['val_loss'] - g32['val_loss']:+.4f}; the bound is 0.02), and the CNN, trained "
+        f"{c32['epochs']} epoch{'s' if c32['epochs'] != 1 else ''}, reached {c32['test_accuracy']:.2%} test accuracy "
+        f"in float32 and "
+        f"{c16['test_accuracy']:.2%} under bf16 autocast "
+        f"({100 * (c16['test_accuracy'] - c32['test_accuracy']):+.2f} points; the bound is 0.1)."]
+    for model, name in (("gpt", "GPT"), ("mnist_cnn", "CNN")):
+        s, st = summary[model], steps[model]
+        text = (f" The {name}'s bf16 step replayed from a graph takes {st['minitorch_bfloat16_captured_seconds'] * 1e3:.3g} ms, "
+                f"{s['bf16_over_fp32_captured']:.2f}× minitorch's fp32 step")
+        if "bf16_over_pytorch_autocast_captured" in s:
+            text += f", {s['bf16_over_pytorch_autocast_captured']:.2f}× PyTorch's captured autocast step"
+        if "bf16_over_pytorch_autocast_eager" in s:
+            text += f" and {s['bf16_over_pytorch_autocast_eager']:.2f}× its eager one"
+        parts.append(text + ".")
+    parts.append(
+        f" A float32 GPT step replays {g32['launches_per_step']} launches, a bf16 one {g16['launches_per_step']}: "
+        f"each of attention's batched products is one `hgemm` launch per matrix of the batch. The CNN's steps "
+        f"replay {c32['launches_per_step']} and {c16['launches_per_step']} launches.")
+    return "".join(parts)

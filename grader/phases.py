@@ -73,8 +73,9 @@ PHASES: dict[str, Phase] = _chain(
                        "attention.cu", "attention.py", "online_softmax.cu", "clip.cu", "clip.py", "recipe.cu",
                        "recipe.py"))),
     ("phase8a", "Tensor cores (16-bit conversions, the HGEMM ladder, mixed precision)", dict(
-        lab="phase8a_tensor_cores", tests=("test_phase8a.py", "test_phase8a_wgmma.py"),
-        learner_files=("convert.cu", "convert.py", "hgemm.cu", "hgemm.py", "hgemm_wgmma.cu"))),
+        lab="phase8a_tensor_cores", tests=("test_phase8a.py", "test_phase8a_wgmma.py", "test_phase8a_amp.py"),
+        learner_files=("convert.cu", "convert.py", "hgemm.cu", "hgemm.py", "hgemm_wgmma.cu", "scaler.cu",
+                       "scaler.py"))),
     ("phase8b", "FlashAttention (forward ladder, backward, dropout)", dict(
         lab="phase8b_flash", tests="test_phase8b.py", learner_files=("flash.cu", "flash.py"))),
 )

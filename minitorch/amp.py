@@ -6,13 +6,16 @@ operands (master weights, activations) are rounded to float16 or bfloat16 by the
 multiplied with fp32 accumulation, and the product comes out float32. The backward products run in the
 same 16-bit dtype (recorded by the forward), and the gradients come out float32, into the float32 master
 weights and the optimizer's float32 state. Everything else (elementwise ops, reductions, softmax,
-LayerNorm, losses, the batched products of attention) stays float32.
+LayerNorm, losses) stays float32. The batched products inside attention (``ops.bmm``: one ``hgemm`` launch per
+matrix of the batch) and the convolutions (Phase 6's im2col layout kernels around one ``hgemm`` product per
+pass) run the same way.
 
 The setting itself lives in :mod:`minitorch.ops.precision` (ops read it; they never import this module).
 
 ``GradScaler`` keeps float16's small range from flushing gradients to zero: the loss is multiplied by a
 scale before backward, the gradients divided by it before the step, and a step whose gradients hold an
-inf or a NaN (the scale was too large: something overflowed) is skipped and the scale lowered.
+inf or a NaN (the scale was too large: something overflowed) is skipped and the scale lowered, all on the
+device (the learner's ``scaler.py``), so that a step with a scaler is capturable in a graph.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import contextlib
 import math
 from typing import Any
 
+import numpy as np
+
 from minitorch import backend, dtypes, ops
-from minitorch.tensor import DTYPE, HALF, Tensor
+from minitorch.tensor import DTYPE, HALF, Tensor, tensor
 
 __all__ = ["GradScaler", "autocast"]
 
@@ -67,19 +72,20 @@ class GradScaler:
         with autocast("float16"):
             loss = loss_fn(model(x), y)
         scaler.scale(loss).backward()
-        scaler.step(optimizer)   # unscales the gradients; skips the step if one is inf/NaN
+        scaler.step(optimizer)   # unscales the gradients; a step with an inf/NaN gradient is undone
         scaler.update()          # adjusts the scale
 
-    The check runs on the device: each gradient, unscaled, is multiplied by 0 (inf·0 and NaN·0 are NaN,
-    every finite value gives 0) and summed (the learner's elementwise and reduction kernels), and the
-    sums are added; the host reads that one number per step, not one per parameter. That read is also
-    why a step with a GradScaler is not capturable in a graph (:mod:`minitorch.graph`): whether the
-    optimizer runs is decided on the host. The scale itself is a host float (it changes only in
-    ``update``), so ``scale(loss)`` and the unscaling are launches with a scalar argument.
+    Everything runs on the device (the learner's ``scaler.py`` of Phase 8a): the scale, its inverse, the
+    count of good steps and each optimizer's inf/NaN flag are one-element tensors there; unscaling sets the
+    flag; ``step`` copies the parameters and the optimizer's state, runs the optimizer, and copies them
+    back if the flag is set; ``update`` changes the scale from the flag. The host decides nothing, so a
+    training step with a scaler can be captured in a graph (:mod:`minitorch.graph`) and every replay skips
+    or takes its own step. Outside a capture ``step`` still returns whether the step was taken (one read
+    from the device); inside one it returns None.
     """
 
     def __init__(self, init_scale: float = 2.0 ** 16, growth_factor: float = 2.0, backoff_factor: float = 0.5,
-                 growth_interval: int = 2000, enabled: bool = True) -> None:
+                 growth_interval: int = 2000, enabled: bool = True, device: str | None = None) -> None:
         for name, value, ok in (("init_scale", init_scale, init_scale > 0),
                                 ("growth_factor", growth_factor, growth_factor > 1),
                                 ("backoff_factor", backoff_factor, 0 < backoff_factor < 1)):
@@ -89,24 +95,31 @@ class GradScaler:
                                  f", got {value!r}")
         if isinstance(growth_interval, bool) or not isinstance(growth_interval, int) or growth_interval < 1:
             raise ValueError(f"GradScaler: growth_interval must be a positive integer, got {growth_interval!r}")
-        self._scale = float(init_scale)
         self._growth_factor = float(growth_factor)
         self._backoff_factor = float(backoff_factor)
         self._growth_interval = growth_interval
-        self._growth_tracker = 0  # good steps in a row since the scale last changed
         self._enabled = bool(enabled)
-        # id(optimizer) -> the inf/NaN sum of its unscaled gradients (a 0-d device tensor; None: no gradient),
-        # replaced by the host's answer once read
-        self._found: dict[int, Tensor | bool | None] = {}
-        self._stepped: dict[int, bool] = {}  # id(optimizer) -> whether step() ran (or skipped) this iteration
+        # the device state: made now, on the device of the training (a capture may not copy values in)
+        self._device = device or backend.get_device()
+        self._scale_t = _one(self._device, init_scale)
+        self._inv_t = _one(self._device, 1.0 / init_scale)
+        self._good_t = _one(self._device, 0.0)  # good steps in a row since the scale last changed
+        self._ones = _one(self._device, 1.0)  # an always-set flag: restore_if_found as a plain copy
+        self._flags: dict[int, Tensor] = {}  # id(optimizer) -> its inf/NaN flag (made once, reused)
+        self._saved: dict[int, list[tuple[Any, Any]]] = {}  # id(optimizer) -> (buffer, its copy) pairs
+        self._unscaled: set[int] = set()  # optimizers unscaled since the last update()
+        self._stepped: set[int] = set()  # optimizers stepped since the last update()
 
     # --- the loop -------------------------------------------------------------------------------
     def is_enabled(self) -> bool:
         return self._enabled
 
     def get_scale(self) -> float:
-        """The current loss scale (1.0 when disabled)."""
-        return self._scale if self._enabled else 1.0
+        """The current loss scale (1.0 when disabled): read from the device, so not inside a capture."""
+        if not self._enabled:
+            return 1.0
+        self._not_capturing("get_scale")
+        return float(self._scale_t.numpy().reshape(-1)[0])
 
     def scale(self, loss: Tensor) -> Tensor:
         """``loss`` times the scale (recorded: its backward multiplies the gradients by the scale)."""
@@ -115,99 +128,158 @@ class GradScaler:
         if loss.dtype != DTYPE:
             raise TypeError(f"GradScaler.scale: expected a float32 loss, got {loss.dtype} (losses stay float32 "
                             f"under autocast)")
-        return loss * self._scale if self._enabled else loss
+        if not self._enabled:
+            return loss
+        if loss.size != 1:
+            raise ValueError(f"GradScaler.scale: expected the loss, one value; got shape {loss.shape}")
+        self._same_device(loss.device)
+        return loss * self._scale_t.reshape(loss.shape)
 
     def unscale_(self, optimizer: Any) -> None:
-        """Divide ``optimizer``'s gradients by the scale, in place, and note on the device whether any is
-        inf or NaN. Call it before clipping gradients; ``step`` calls it if you did not."""
+        """Multiply ``optimizer``'s gradients by 1/scale, in place, setting its flag on the device if any
+        is inf or NaN. Call it before clipping gradients; ``step`` calls it if you did not."""
         if not self._enabled:
             return
         key = id(optimizer)
-        if key in self._found:
+        if key in self._unscaled:
             raise RuntimeError("GradScaler.unscale_ was already called on this optimizer since the last update()")
-        inverse = 1.0 / self._scale
-        total: Tensor | None = None
-        with _no_grad():
-            for p in _params(optimizer):
-                if p.grad is None:
-                    continue
-                if p.grad.dtype != DTYPE:
-                    raise TypeError(f"GradScaler: expected float32 gradients (of float32 master weights), got "
-                                    f"{p.grad.dtype}")
-                p.grad = ops.scalar_mul(p.grad, inverse)  # exact while the scale is a power of two
-                flag = ops.sum(ops.scalar_mul(p.grad, 0.0))  # NaN iff an element is inf or NaN, else 0
-                total = flag if total is None else ops.add(total, flag)
-        self._found[key] = total
+        params = _params(optimizer)
+        flag = self._flags.get(key)
+        if flag is None:
+            flag = self._flags[key] = _one(self._device, 0.0, allow_capture=True)
+        flag.fill_(0.0)
+        for p in params:
+            if p.grad is None:
+                continue
+            if p.grad.dtype != DTYPE:
+                raise TypeError(f"GradScaler: expected float32 gradients (of float32 master weights), got "
+                                f"{p.grad.dtype}")
+            self._same_device(p.grad.device)
+            ops.unscale_check_(p.grad, self._inv_t, flag)
+        self._unscaled.add(key)
 
-    def step(self, optimizer: Any) -> bool:
-        """Unscale (unless done), then ``optimizer.step()`` unless a gradient is inf or NaN.
-
-        Returns whether the step ran. One 4-byte read from the device (the inf/NaN sum)."""
+    def step(self, optimizer: Any) -> bool | None:
+        """Unscale (unless done), then ``optimizer.step()``, undone on the device if a gradient was inf or
+        NaN. Returns whether the step was taken (one read from the device), or None inside a capture."""
         if not self._enabled:
             optimizer.step()
             return True
         key = id(optimizer)
-        if self._stepped.get(key):
+        if key in self._stepped:
             raise RuntimeError("GradScaler.step was already called on this optimizer since the last update()")
-        if key not in self._found:
+        if key not in self._unscaled:
             self.unscale_(optimizer)
-        found = self._found[key]
-        if isinstance(found, Tensor) and backend.get_backend(found.device).capturing:
-            raise RuntimeError("GradScaler.step cannot be captured in a graph: whether the optimizer steps is "
-                               "decided on the host, from the inf/NaN check read back from the device. Capture "
-                               "the forward and backward only, or train in bfloat16 (no scaler needed)")
-        found_inf = self._found_inf(key)
-        self._stepped[key] = True
-        if not found_inf:
-            optimizer.step()
-        return not found_inf
+        flag = self._flags[key]
+        pairs = self._saved.get(key)
+        if pairs is None:  # the copies: made once (in a capture, once for every replay)
+            pairs = self._saved[key] = [(a, _empty_like(self._device, a)) for a in _state_arrays(optimizer)]
+        for buffer, copy in pairs:
+            ops.restore_if_found_(self._device, copy, buffer, self._ones)  # copy = buffer
+        optimizer.step()
+        for buffer, copy in pairs:
+            ops.restore_if_found_(self._device, buffer, copy, flag)  # undone if the flag is set
+        self._stepped.add(key)
+        if backend.get_backend(self._device).capturing:
+            return None
+        return float(flag.numpy().reshape(-1)[0]) == 0.0
 
     def update(self, new_scale: float | None = None) -> None:
-        """Adjust the scale after the iteration's steps: lower it if any of them found an inf or NaN,
-        raise it after ``growth_interval`` good iterations in a row (or set it to ``new_scale``)."""
+        """Adjust the scale after the iteration's steps, on the device: lower it if any of them found an
+        inf or NaN, raise it after ``growth_interval`` good iterations in a row (or set it to ``new_scale``)."""
         if not self._enabled:
             return
         if new_scale is not None:
             if isinstance(new_scale, bool) or not isinstance(new_scale, (int, float)) or not new_scale > 0:
                 raise ValueError(f"GradScaler.update: new_scale must be a positive number, got {new_scale!r}")
-            self._scale = float(new_scale)
-            self._growth_tracker = 0
+            self._scale_t.fill_(float(new_scale))
+            self._inv_t.fill_(1.0 / float(new_scale))
+            self._good_t.fill_(0.0)
         else:
-            if not self._found:
+            if not self._unscaled:
                 raise RuntimeError("GradScaler.update: no step() or unscale_() since the last update()")
-            found_inf = any([self._found_inf(key) for key in list(self._found)])
-            if found_inf:
-                self._scale *= self._backoff_factor
-                self._growth_tracker = 0
-            else:
-                self._growth_tracker += 1
-                if self._growth_tracker == self._growth_interval:
-                    self._scale *= self._growth_factor
-                    self._growth_tracker = 0
-        self._found.clear()
+            flags = [self._flags[key] for key in self._unscaled]
+            found = flags[0]
+            for other in flags[1:]:  # any optimizer's inf/NaN lowers the scale: the sum is non-zero
+                found = ops.add(found, other)
+            ops.update_scale_(self._scale_t, self._inv_t, self._good_t, found, self._growth_factor,
+                              self._backoff_factor, self._growth_interval)
+        self._unscaled.clear()
         self._stepped.clear()
-
-    def _found_inf(self, key: int) -> bool:
-        """Whether the optimizer's gradients held an inf or NaN: one read from the device, then remembered."""
-        found = self._found[key]
-        if isinstance(found, Tensor):
-            found = self._found[key] = not math.isfinite(found.item())
-        return bool(found)
 
     # --- state ----------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, float | int]:
-        return {"scale": self._scale, "growth_factor": self._growth_factor, "backoff_factor": self._backoff_factor,
-                "growth_interval": self._growth_interval, "_growth_tracker": self._growth_tracker}
+        self._not_capturing("state_dict")
+        return {"scale": float(self._scale_t.numpy().reshape(-1)[0]), "growth_factor": self._growth_factor,
+                "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
+                "_growth_tracker": int(self._good_t.numpy().reshape(-1)[0])}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        expected = set(self.state_dict())
+        expected = {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
         if set(state) != expected:
             raise KeyError(f"GradScaler.load_state_dict: expected the keys {sorted(expected)}, got {sorted(state)}")
-        self._scale = float(state["scale"])
+        self._scale_t.fill_(float(state["scale"]))
+        self._inv_t.fill_(1.0 / float(state["scale"]))
         self._growth_factor = float(state["growth_factor"])
         self._backoff_factor = float(state["backoff_factor"])
         self._growth_interval = int(state["growth_interval"])
-        self._growth_tracker = int(state["_growth_tracker"])
+        self._good_t.fill_(float(int(state["_growth_tracker"])))
+
+    # --- checks ---------------------------------------------------------------------------------
+    def _same_device(self, device: str) -> None:
+        if device != self._device:
+            raise ValueError(f"GradScaler: its state lives on {self._device!r} (the device when it was made, or "
+                             f"device=), the training on {device!r}: make it with device={device!r}")
+
+    def _not_capturing(self, what: str) -> None:
+        if self._device != "cpu" and backend.get_backend(self._device).capturing:
+            raise RuntimeError(f"GradScaler.{what} reads the scale back from the device: not inside a graph "
+                               f"capture (call it between replays)")
+
+
+def _one(device: str, value: float, allow_capture: bool = False) -> Tensor:
+    """A one-element float32 tensor holding ``value`` on ``device``."""
+    if allow_capture and device != "cpu" and backend.get_backend(device).capturing:
+        t = Tensor(backend.get_backend(device).empty((1,), DTYPE), device)
+        return t.fill_(value)  # a fill launch: captured, replayed
+    return tensor(np.array([value], DTYPE), device)
+
+
+def _empty_like(device: str, array: Any) -> Any:
+    if device == "cpu":
+        return np.empty_like(array)
+    return backend.get_backend(device).empty(array.shape, array.dtype)
+
+
+def _state_arrays(optimizer: Any) -> list[Any]:
+    """Every array a step of ``optimizer`` may change: its parameters and every device array (or tensor)
+    reachable from its attributes (momentum, Adam's m, v and step count...), gradients excepted."""
+    found: dict[int, Any] = {}
+    grads = {id(p.grad) for p in _params(optimizer) if p.grad is not None}
+
+    def visit(value: Any, depth: int) -> None:
+        if depth > 4:
+            return
+        if isinstance(value, Tensor):
+            if id(value) not in grads:
+                found.setdefault(id(value.data), value.data)
+        elif backend.is_device_array(value) or isinstance(value, np.ndarray):
+            found.setdefault(id(value), value)
+        elif isinstance(value, dict):
+            for v in value.values():
+                visit(v, depth + 1)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                visit(v, depth + 1)
+        elif type(value).__module__.startswith("minitorch.optim"):
+            for v in vars(value).values():
+                visit(v, depth + 1)
+
+    for p in _params(optimizer):
+        found.setdefault(id(p.data), p.data)
+    for name, value in vars(optimizer).items():
+        if name != "params":
+            visit(value, 0)
+    return list(found.values())
 
 
 def _params(optimizer: Any) -> list[Tensor]:

@@ -5,22 +5,31 @@ from __future__ import annotations
 
 from minitorch import ops
 from minitorch.autograd.function import Context, Function
-from minitorch.tensor import Tensor
+from minitorch.tensor import DTYPE, Tensor
+
+
+def _recorded_compute(dtype: object) -> object:
+    """The format a Function's products run in, fixed at its forward: autocast's dtype, or float32 (so a
+    backward run under a later autocast, or outside the forward's, multiplies as the forward did)."""
+    return ops.product_dtype(dtype) or DTYPE
 
 
 class BatchedMatMul(Function):
-    """C[i] = A[i] @ B[i]: dA = dC Bᵀ, dB = Aᵀ dC, batch by batch (transposes read in place)."""
+    """C[i] = A[i] @ B[i]: dA = dC Bᵀ, dB = Aᵀ dC, batch by batch (transposes read in place); under
+    autocast all three products in its 16-bit dtype, fp32 results."""
 
     @staticmethod
     def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         ctx.save_for_backward(a, b)
-        return ops.bmm(a, b)
+        ctx.compute = c = _recorded_compute(a.dtype)
+        return ops.bmm(a, b, compute_dtype=c)
 
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         a, b = ctx.saved_tensors
-        return (ops.bmm(grad, b, transpose_b=True) if ctx.needs_input_grad[0] else None,
-                ops.bmm(a, grad, transpose_a=True) if ctx.needs_input_grad[1] else None)
+        c = ctx.compute
+        return (ops.bmm(grad, b, transpose_b=True, compute_dtype=c) if ctx.needs_input_grad[0] else None,
+                ops.bmm(a, grad, transpose_a=True, compute_dtype=c) if ctx.needs_input_grad[1] else None)
 
 
 class AttentionSoftmax(Function):
@@ -72,10 +81,11 @@ class CausalSelfAttention(Function):
 
     @staticmethod
     def forward(ctx: Context, qkv: Tensor, n_head: int) -> Tensor:
-        y, saved = ops.attention(qkv, n_head)
+        ctx.compute = c = _recorded_compute(qkv.dtype)
+        y, saved = ops.attention(qkv, n_head, compute_dtype=c)
         ctx.save_for_backward(*saved)
         return y
 
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> Tensor:
-        return ops.attention_backward(grad, ctx.saved_tensors)
+        return ops.attention_backward(grad, ctx.saved_tensors, compute_dtype=ctx.compute)

@@ -442,8 +442,19 @@ class DeviceArray:
                         "Please use `.get()` or `emu.asnumpy(a)` to copy it to the host explicitly.")
 
     def __getitem__(self, key: Any) -> Any:
-        raise TypeError("indexing an emu.DeviceArray from Python is not supported: it lives in (emulated) "
-                        "device memory. Copy it to the host with `.get()` first.")
+        """``a[i]`` (an integer along the first axis): the contiguous sub-array, a view of the same device
+        memory, as CuPy's (a batch of matrices launched one at a time). Any other index reads values,
+        which live in device memory: refused."""
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and self.ndim >= 1:
+            i = int(key) + (self._shape[0] if key < 0 else 0)
+            if not 0 <= i < self._shape[0]:
+                raise IndexError(f"index {int(key)} is out of bounds for axis 0 with size {self._shape[0]}")
+            inner = self._shape[1:]
+            step = math.prod(inner) * self._dtype.itemsize
+            return DeviceArray(inner, self._dtype, _buffer=self._buf, _offset=self._offset + i * step)
+        raise TypeError("indexing an emu.DeviceArray from Python is not supported (except a[i], the i-th "
+                        "sub-array of the first axis, a view): it lives in (emulated) device memory. Copy it "
+                        "to the host with `.get()` first.")
 
     def __iter__(self) -> Any:
         raise TypeError("iterating over an emu.DeviceArray is not supported: copy it to the host with `.get()`")

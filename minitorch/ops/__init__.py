@@ -32,7 +32,15 @@ from minitorch.ops.linalg import matmul, product_dtype, transpose
 from minitorch.ops.loss import mse_backward, mse_loss
 from minitorch.ops.optim import sgd_momentum_
 from minitorch.ops.pooling import max_pool2d, max_pool2d_backward
-from minitorch.ops.precision import autocast_dtype, convert, set_autocast_dtype
+from minitorch.ops.precision import (
+    autocast_dtype,
+    convert,
+    restore_if_found_,
+    scale_by_,
+    set_autocast_dtype,
+    unscale_check_,
+    update_scale_,
+)
 from minitorch.ops.reduce import bias_grad, column_mean_var, max, sum  # noqa: A004 (the operations' names)
 from minitorch.ops.shape import expand, reshape
 from minitorch.ops.softmax import (
@@ -58,7 +66,8 @@ __all__ = [
     "gelu_backward", "layer_norm", "layer_norm_backward", "merge_heads", "attention_softmax", "attention_softmax_backward",
     "split_heads",
     # Phase 8a
-    "autocast_dtype", "convert", "product_dtype", "set_autocast_dtype",
+    "autocast_dtype", "convert", "product_dtype", "restore_if_found_", "scale_by_", "set_autocast_dtype", "unscale_check_",
+    "update_scale_",
     # KV-cached generation
     "cached_attention", "write_position_",
     # Phase 8b

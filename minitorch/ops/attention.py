@@ -1,20 +1,25 @@
 """The pieces of causal self-attention (Phase 7's ``attention.cu``), and attention made of them.
 
-- ``bmm``: a batch of matrix products, operands optionally transposed (read in place on cuda/emu);
+- ``bmm``: a batch of matrix products, operands optionally transposed (read in place on cuda/emu); inside
+  ``minitorch.amp.autocast`` (or with ``compute_dtype=``) on 16-bit operands, one launch of the learner's
+  ``hgemm.py`` per matrix of the batch, fp32 accumulation and result (:func:`tensor_core_bmm`);
 - ``attention_softmax`` / ``attention_softmax_backward``: scale, causal mask and softmax over the last
   dimension, fused;
 - ``split_heads`` / ``merge_heads``: (B, T, parts * C) rows <-> (B, H, T, D) heads, C = H * D;
 - ``attention`` / ``attention_backward``: Y = softmax(Q Kᵀ / sqrt(D), causal) V for every head, from the
-  fused projection qkv (B, T, 3C) (Q, K, V side by side) to y (B, T, C), and back.
+  fused projection qkv (B, T, 3C) (Q, K, V side by side) to y (B, T, C), and back. Under autocast its four
+  (forward) and eight (backward) batched products run in 16 bits; the softmax and its backward stay fp32.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
 from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch, real
+from minitorch.ops.linalg import product_dtype, tensor_core_bmm
 from minitorch.ops.shape import reshape
 from minitorch.tensor import Tensor
 
@@ -25,9 +30,13 @@ def _ndim(op: str, name: str, t: Tensor, ndim: int, what: str) -> tuple[int, ...
     return t.shape
 
 
-def bmm(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool = False) -> Tensor:
+def bmm(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool = False,
+        compute_dtype: Any = None) -> Tensor:
     """out[i] = op(a[i]) @ op(b[i]): (batch, M, K) @ (batch, K, N) -> (batch, M, N); with transpose_a, a is
-    stored (batch, K, M), with transpose_b, b is stored (batch, N, K)."""
+    stored (batch, K, M), with transpose_b, b is stored (batch, N, K).
+
+    ``compute_dtype`` (float16 or bfloat16; default: the autocast dtype, if any; float32: none) rounds the
+    float32 operands and multiplies them on the tensor cores; the result stays float32."""
     device, dtype = check_tensors("bmm", a=a, b=b)
     _ndim("bmm", "a", a, 3, "(batch, M, K)")
     _ndim("bmm", "b", b, 3, "(batch, K, N)")
@@ -36,6 +45,9 @@ def bmm(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool = 
     if b.shape[0] != batch or k != k2:
         raise ValueError(f"bmm: op(a) is ({batch}, {m}, {k}) (a has shape {a.shape}), so op(b) must be "
                          f"({batch}, {k}, N); got b of shape {b.shape}{' (transposed)' if transpose_b else ''}")
+    compute = product_dtype(dtype, compute_dtype)
+    if compute is not None:
+        return tensor_core_bmm(a, b, compute, (batch, m, n, k), transpose_a, transpose_b)
     if device == "cpu":
         av = np.swapaxes(a.data, 1, 2) if transpose_a else a.data
         bv = np.swapaxes(b.data, 1, 2) if transpose_b else b.data
@@ -130,9 +142,9 @@ def merge_heads(*ys: Tensor) -> Tensor:
     return Tensor(out, device)
 
 
-def attention(qkv: Tensor, n_head: int) -> tuple[Tensor, tuple[Tensor, ...]]:
+def attention(qkv: Tensor, n_head: int, compute_dtype: Any = None) -> tuple[Tensor, tuple[Tensor, ...]]:
     """Causal multi-head self-attention of qkv (B, T, 3C), Q | K | V side by side: (y (B, T, C), saved),
-    saved = (q, k, v, probs) for attention_backward."""
+    saved = (q, k, v, probs) for attention_backward. ``compute_dtype``: the products' format, as bmm's."""
     check_tensors("attention", qkv=qkv)
     if qkv.ndim != 3 or qkv.shape[2] % (3 * n_head):
         raise ValueError(f"attention: qkv must be (B, T, 3C) with C a multiple of n_head = {n_head}, "
@@ -141,23 +153,26 @@ def attention(qkv: Tensor, n_head: int) -> tuple[Tensor, tuple[Tensor, ...]]:
     d = width // (3 * n_head)
     q, k, v = split_heads(qkv, n_head, parts=3)                         # (B, H, T, D) each
     flat = (batch * n_head, t, d)
-    scores = bmm(reshape(q, flat), reshape(k, flat), transpose_b=True)  # Q Kᵀ: (B H, T, T)
-    probs = attention_softmax(scores, 1.0 / math.sqrt(d))
-    y = bmm(probs, reshape(v, flat))                                     # P V: (B H, T, D)
+    scores = bmm(reshape(q, flat), reshape(k, flat), transpose_b=True,  # Q Kᵀ: (B H, T, T)
+                 compute_dtype=compute_dtype)
+    probs = attention_softmax(scores, 1.0 / math.sqrt(d))                # fp32, under autocast too
+    y = bmm(probs, reshape(v, flat), compute_dtype=compute_dtype)       # P V: (B H, T, D)
     return merge_heads(reshape(y, (batch, n_head, t, d))), (q, k, v, probs)
 
 
-def attention_backward(grad_y: Tensor, saved: tuple[Tensor, ...]) -> Tensor:
-    """The gradient of qkv (B, T, 3C) from that of y (B, T, C) and attention's saved tensors."""
+def attention_backward(grad_y: Tensor, saved: tuple[Tensor, ...], compute_dtype: Any = None) -> Tensor:
+    """The gradient of qkv (B, T, 3C) from that of y (B, T, C) and attention's saved tensors;
+    ``compute_dtype``: the products' format (the autograd Function passes the forward's)."""
     q, k, v, probs = saved
     batch, n_head, t, d = q.shape
     flat = (batch * n_head, t, d)
     (grad_heads,) = split_heads(grad_y, n_head)                     # (B, H, T, D)
     g = reshape(grad_heads, flat)
-    grad_probs = bmm(g, reshape(v, flat), transpose_b=True)         # dP = dY Vᵀ
-    grad_v = bmm(probs, g, transpose_a=True)                        # dV = Pᵀ dY
+    c = compute_dtype
+    grad_probs = bmm(g, reshape(v, flat), transpose_b=True, compute_dtype=c)        # dP = dY Vᵀ
+    grad_v = bmm(probs, g, transpose_a=True, compute_dtype=c)                       # dV = Pᵀ dY
     grad_scores = attention_softmax_backward(probs, grad_probs, 1.0 / math.sqrt(d))
-    grad_q = bmm(grad_scores, reshape(k, flat))                     # dQ = dS K
-    grad_k = bmm(grad_scores, reshape(q, flat), transpose_a=True)   # dK = dSᵀ Q
+    grad_q = bmm(grad_scores, reshape(k, flat), compute_dtype=c)                    # dQ = dS K
+    grad_k = bmm(grad_scores, reshape(q, flat), transpose_a=True, compute_dtype=c)  # dK = dSᵀ Q
     shape = (batch, n_head, t, d)
     return merge_heads(reshape(grad_q, shape), reshape(grad_k, shape), reshape(grad_v, shape))

@@ -5,17 +5,25 @@ On cpu the reference is NumPy in the tensors' dtype (float64 for gradient checks
 input's windows; on cuda/emu the learner's ``conv.py`` launchers, whose ``variant`` ("direct", "im2col",
 "tiled", "igemm", "winograd", "winograd4" (3 x 3 at stride 1) or "best") picks the rung of the ladder; a rung a pass
 or a shape does not have is refused by the launcher, naming why.
+
+Inside ``minitorch.amp.autocast`` (or with ``compute_dtype=``) the three passes are Phase 6's im2col rung
+with its product on the tensor cores: the learner's ``im2col`` / ``nchw_to_gemm`` / ``col2im`` /
+``gemm_to_nchw`` kernels of ``conv.cu`` reorder in float32 (exact), and the GEMM runs on ``hgemm.py`` with
+16-bit operands, fp32 accumulation and a float32 result. On cpu the operands are rounded by NumPy and
+the sums taken in float32.
 """
 
 from __future__ import annotations
 
 import numbers
+from typing import Any
 
 import numpy as np
 
-from minitorch import backend
-from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch
-from minitorch.tensor import Tensor
+from minitorch import backend, dtypes, kernels
+from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch, on_device
+from minitorch.ops.linalg import matmul, product_dtype
+from minitorch.tensor import DTYPE, Tensor
 
 VARIANTS = ("direct", "im2col", "tiled", "igemm", "winograd", "winograd4", "best")
 
@@ -84,13 +92,20 @@ def _cpu_backward_input(dy: np.ndarray, w: np.ndarray, x_shape: tuple[int, ...],
 
 
 def conv2d(x: Tensor, w: Tensor, b: Tensor | None = None, stride: int = 1, padding: int = 0,
-           variant: str = "best") -> Tensor:
-    """y (N, K, P, Q) = the convolution of x (N, C, H, W) with w (K, C, R, S), plus b (K,) if given."""
+           variant: str = "best", compute_dtype: Any = None) -> Tensor:
+    """y (N, K, P, Q) = the convolution of x (N, C, H, W) with w (K, C, R, S), plus b (K,) if given.
+    ``compute_dtype``: the product's 16-bit format (default: autocast's, if any; float32: none)."""
     device, dtype = check_tensors("conv2d", x=x, w=w, **({"b": b} if b is not None else {}))
-    n, c, h, wd, k, r, s, p, q = conv_shape("conv2d", x.shape, w.shape, stride, padding)
+    shape = conv_shape("conv2d", x.shape, w.shape, stride, padding)
+    n, c, h, wd, k, r, s, p, q = shape
     variant = _variant("conv2d", variant)
     if b is not None and b.shape != (k,):
         raise ValueError(f"conv2d: the bias must have shape ({k},), one value per output channel; got {b.shape}")
+    compute = product_dtype(dtype, compute_dtype)
+    if compute is not None and device != "cpu":
+        return _tensor_core_forward(x, w, b, shape, stride, padding, compute)
+    if compute is not None:
+        x, w = _rounded(x, compute), _rounded(w, compute)
     if device == "cpu":
         y = np.einsum("ncpqrs,kcrs->nkpq", _windows(x.data, r, s, stride, padding), w.data, optimize=True)
         return cpu_result(y + (b.data[None, :, None, None] if b is not None else 0), dtype)
@@ -102,13 +117,19 @@ def conv2d(x: Tensor, w: Tensor, b: Tensor | None = None, stride: int = 1, paddi
 
 
 def conv2d_backward_input(dy: Tensor, w: Tensor, x_shape: tuple[int, ...], stride: int = 1, padding: int = 0,
-                          variant: str = "best") -> Tensor:
+                          variant: str = "best", compute_dtype: Any = None) -> Tensor:
     """The gradient of conv2d's input (shape ``x_shape``) from the gradient ``dy`` of its output."""
     device, dtype = check_tensors("conv2d_backward_input", dy=dy, w=w)
-    n, c, h, wd, k, r, s, p, q = conv_shape("conv2d_backward_input", tuple(x_shape), w.shape, stride, padding)
+    shape = conv_shape("conv2d_backward_input", tuple(x_shape), w.shape, stride, padding)
+    n, c, h, wd, k, r, s, p, q = shape
     variant = _variant("conv2d_backward_input", variant)
     if dy.shape != (n, k, p, q):
         raise ValueError(f"conv2d_backward_input: dy must have the output's shape {(n, k, p, q)}, got {dy.shape}")
+    compute = product_dtype(dtype, compute_dtype)
+    if compute is not None and device != "cpu":
+        return _tensor_core_backward_input(dy, w, shape, stride, padding, compute)
+    if compute is not None:
+        dy, w = _rounded(dy, compute), _rounded(w, compute)
     if device == "cpu":
         return cpu_result(_cpu_backward_input(dy.data, w.data, (n, c, h, wd), stride, padding), dtype)
     out = empty(device, (n, c, h, wd))
@@ -118,13 +139,19 @@ def conv2d_backward_input(dy: Tensor, w: Tensor, x_shape: tuple[int, ...], strid
 
 
 def conv2d_backward_weight(x: Tensor, dy: Tensor, w_shape: tuple[int, ...], stride: int = 1, padding: int = 0,
-                           variant: str = "best") -> Tensor:
+                           variant: str = "best", compute_dtype: Any = None) -> Tensor:
     """The gradient of conv2d's weight (shape ``w_shape``) from its input x and the gradient dy of its output."""
     device, dtype = check_tensors("conv2d_backward_weight", x=x, dy=dy)
-    n, c, h, wd, k, r, s, p, q = conv_shape("conv2d_backward_weight", x.shape, tuple(w_shape), stride, padding)
+    shape = conv_shape("conv2d_backward_weight", x.shape, tuple(w_shape), stride, padding)
+    n, c, h, wd, k, r, s, p, q = shape
     variant = _variant("conv2d_backward_weight", variant)
     if dy.shape != (n, k, p, q):
         raise ValueError(f"conv2d_backward_weight: dy must have the output's shape {(n, k, p, q)}, got {dy.shape}")
+    compute = product_dtype(dtype, compute_dtype)
+    if compute is not None and device != "cpu":
+        return _tensor_core_backward_weight(x, dy, shape, stride, padding, compute)
+    if compute is not None:
+        x, dy = _rounded(x, compute), _rounded(dy, compute)
     if device == "cpu":
         dw = np.einsum("ncpqrs,nkpq->kcrs", _windows(x.data, r, s, stride, padding), dy.data, optimize=True)
         return cpu_result(dw, dtype)
@@ -145,3 +172,79 @@ def conv2d_bias_grad(dy: Tensor) -> Tensor:
     if out.size:
         launch(device, "conv.py", "conv2d_bias_grad", dy.data, out, outputs=(1,))
     return Tensor(out, device)
+
+
+# ---------------------------------------------------------------- autocast: im2col + the tensor-core GEMM
+
+GRID_STRIDE_THREADS = 256  # conv.cu's layout kernels loop over their elements (grid-stride): any grid works
+GRID_STRIDE_BLOCKS = 16384
+
+
+def _rounded(t: Tensor, compute: Any) -> Tensor:
+    """A cpu tensor's values rounded to ``compute`` (16-bit), held in float32: the cpu reference."""
+    bits = dtypes.float32_to_16bit(t.data.astype(DTYPE), compute).view(np.uint16)
+    return cpu_result(dtypes.bits_to_float32(bits, compute), DTYPE)
+
+
+def _layout(device: str, kernel: str, total: int, *args: Any) -> None:
+    """Launch one of the learner's grid-stride layout kernels of ``conv.cu`` over ``total`` elements."""
+    blocks = max(1, min((total + GRID_STRIDE_THREADS - 1) // GRID_STRIDE_THREADS, GRID_STRIDE_BLOCKS))
+    with on_device(device):
+        kernels.load_kernel("conv.cu", kernel)((blocks,), (GRID_STRIDE_THREADS,),
+                                               tuple(np.int32(a) if isinstance(a, int) else a for a in args))
+
+
+def _cols(x: Tensor, shape: tuple[int, ...], stride: int, padding: int) -> Tensor:
+    """im2col: the (C·R·S, N·P·Q) matrix of x's windows (float32, exact)."""
+    n, c, h, wd, k, r, s, p, q = shape
+    cols = empty(x.device, (c * r * s, n * p * q))
+    _layout(x.device, "im2col", cols.size, x.data, cols, n, c, h, wd, r, s, stride, padding, p, q)
+    return Tensor(cols, x.device)
+
+
+def _gemm_layout(dy: Tensor, shape: tuple[int, ...]) -> Tensor:
+    """dy (N, K, P, Q) as the (K, N·P·Q) matrix of the GEMMs (nchw_to_gemm)."""
+    n, c, h, wd, k, r, s, p, q = shape
+    out = empty(dy.device, (k, n * p * q))
+    _layout(dy.device, "nchw_to_gemm", out.size, dy.data, out, n, k, p * q)
+    return Tensor(out, dy.device)
+
+
+def _tensor_core_forward(x: Tensor, w: Tensor, b: Tensor | None, shape: tuple[int, ...], stride: int,
+                         padding: int, compute: Any) -> Tensor:
+    """y = gemm_to_nchw(W (K, C·R·S) @ im2col(x), + b), the product on hgemm."""
+    n, c, h, wd, k, r, s, p, q = shape
+    device = x.device
+    y = empty(device, (n, k, p, q))
+    if not y.size:
+        return Tensor(y, device)
+    product = matmul(Tensor(w.data.reshape(k, c * r * s), device), _cols(x, shape, stride, padding),
+                     compute_dtype=compute)
+    bias = b.data if b is not None else backend.get_backend(device).zeros((k,), DTYPE)
+    _layout(device, "gemm_to_nchw", y.size, product.data, bias, y, n, k, p * q)
+    return Tensor(y, device)
+
+
+def _tensor_core_backward_input(dy: Tensor, w: Tensor, shape: tuple[int, ...], stride: int, padding: int,
+                                compute: Any) -> Tensor:
+    """dx = col2im(Wᵀ (C·R·S, K) @ dy (K, N·P·Q)), the product on hgemm (Wᵀ read in place)."""
+    n, c, h, wd, k, r, s, p, q = shape
+    device = dy.device
+    dx = empty(device, (n, c, h, wd))
+    if not dx.size:
+        return Tensor(dx, device)
+    dcols = matmul(Tensor(w.data.reshape(k, c * r * s), device), _gemm_layout(dy, shape), transpose_a=True,
+                   compute_dtype=compute)
+    _layout(device, "col2im", dx.size, dcols.data, dx, n, c, h, wd, r, s, stride, padding, p, q)
+    return Tensor(dx, device)
+
+
+def _tensor_core_backward_weight(x: Tensor, dy: Tensor, shape: tuple[int, ...], stride: int, padding: int,
+                                 compute: Any) -> Tensor:
+    """dW (K, C·R·S) = dy (K, N·P·Q) @ im2col(x)ᵀ, the product on hgemm (im2col(x)ᵀ read in place)."""
+    n, c, h, wd, k, r, s, p, q = shape
+    device = x.device
+    if not (k and c * r * s):
+        return Tensor(empty(device, (k, c, r, s)), device)
+    dw = matmul(_gemm_layout(dy, shape), _cols(x, shape, stride, padding), transpose_b=True, compute_dtype=compute)
+    return Tensor(dw.data.reshape(k, c, r, s), device)

@@ -22,7 +22,7 @@ from minitorch.ops.attention import attention_softmax, bmm, merge_heads
 from minitorch.ops.dispatch import check_tensors, launch
 from minitorch.ops.elementwise import add
 from minitorch.ops.shape import reshape
-from minitorch.tensor import Tensor
+from minitorch.tensor import DTYPE, Tensor
 
 
 def write_position_(cache: Tensor, one_hot: Tensor, new: Tensor) -> None:
@@ -35,7 +35,8 @@ def write_position_(cache: Tensor, one_hot: Tensor, new: Tensor) -> None:
         raise ValueError(f"write_position_: expected cache (Z, T, D), one_hot (Z, T) and new (Z, 1, D); got "
                          f"{cache.shape}, {one_hot.shape} and {new.shape}")
     z, t, _ = cache.shape
-    delta = bmm(reshape(one_hot, (z, t, 1)), new)  # (Z, T, D): new in row t, zeros elsewhere
+    # (Z, T, D): new in row t, zeros elsewhere; in float32 even under autocast, so the cache holds new exactly
+    delta = bmm(reshape(one_hot, (z, t, 1)), new, compute_dtype=DTYPE)
     if device == "cpu":
         cache.data[...] += delta.data
     elif cache.size:

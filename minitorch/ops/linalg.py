@@ -128,3 +128,31 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
     launch(device, HGEMM_FILE, "hgemm", a16.data, b16.data, out, outputs=(2,), dtype=compute.name,
                transpose_a=transpose_a, transpose_b=transpose_b)
     return Tensor(out, device)
+
+
+def tensor_core_bmm(a: Tensor, b: Tensor, compute: Any, shape: tuple[int, int, int, int], transpose_a: bool,
+                    transpose_b: bool) -> Tensor:
+    """The batched product of float32 ``a`` (batch, M, K) and ``b`` (batch, K, N) (stored transposed where
+    asked) on 16-bit operands of format ``compute``, fp32 accumulation, a float32 (batch, M, N) result.
+
+    The operands are rounded once, whole (one conversion launch each); then one ``hgemm`` launch per
+    matrix of the batch, on the contiguous slices: the learner's launcher multiplies matrices, and a
+    batch is that many of them (attention's batches are B·H small matrices; the launches are captured
+    in a graph like any other)."""
+    batch, m, n, k = shape
+    device = a.device
+    if device == "cpu":
+        a32, b32 = (dtypes.bits_to_float32(dtypes.float32_to_16bit(t.numpy(), compute).view(np.uint16), compute)
+                    for t in (a, b))
+        c = np.matmul(np.swapaxes(a32, 1, 2) if transpose_a else a32, np.swapaxes(b32, 1, 2) if transpose_b else b32)
+        return cpu_result(c.astype(DTYPE), DTYPE)
+    if not (batch and m and n):
+        return Tensor(empty(device, (batch, m, n)), device)
+    if not k:
+        return Tensor(backend.get_backend(device).zeros((batch, m, n), DTYPE), device)
+    a16, b16 = convert(a, compute), convert(b, compute)
+    out = empty(device, (batch, m, n))
+    for i in range(batch):
+        launch(device, HGEMM_FILE, "hgemm", a16.data[i], b16.data[i], out[i], outputs=(2,), dtype=compute.name,
+               transpose_a=transpose_a, transpose_b=transpose_b)
+    return Tensor(out, device)

@@ -101,3 +101,81 @@ def set_autocast_dtype(dtype: Any) -> Any:
     previous = autocast_dtype()
     _state.dtype = dtype
     return previous
+
+
+# ---------------------------------------------------------------- the loss scaler's device side
+
+SCALER_FILE = "scaler.py"
+
+
+def _one_float(op: str, name: str, t: Tensor) -> None:
+    if not isinstance(t, Tensor) or t.dtype != DTYPE or t.size != 1:
+        raise TypeError(f"{op}: `{name}` must be a one-element float32 Tensor, got "
+                        f"{getattr(t, 'dtype', type(t).__name__)} {getattr(t, 'shape', '')}")
+
+
+def unscale_check_(grad: Tensor, inv_scale: Tensor, found: Tensor) -> None:
+    """In place: grad *= inv_scale; found = 1 if a result is inf or NaN (else found is left as it is).
+    On cuda/emu the learner's ``scaler.py`` (``unscale_check``): nothing is read back to the host."""
+    _one_float("unscale_check_", "inv_scale", inv_scale)
+    _one_float("unscale_check_", "found", found)
+    if not isinstance(grad, Tensor) or grad.dtype != DTYPE:
+        raise TypeError(f"unscale_check_: expected a float32 gradient, got {getattr(grad, 'dtype', type(grad))}")
+    if grad.device != inv_scale.device or found.device != grad.device:
+        raise ValueError(f"unscale_check_: the gradient is on {grad.device!r}, the scaler's state on "
+                         f"{inv_scale.device!r}")
+    if grad.device == "cpu":
+        with np.errstate(over="ignore", invalid="ignore"):
+            grad.data[...] *= inv_scale.data.reshape(())
+        if not np.all(np.isfinite(grad.data)):
+            found.data[...] = 1.0
+        return
+    if grad.size:
+        launch(grad.device, SCALER_FILE, "unscale_check", grad.data, inv_scale.data, found.data)
+
+
+def restore_if_found_(device: str, target: Any, saved: Any, found: Tensor) -> None:
+    """In place: the device array ``target`` = ``saved`` (bit for bit, any dtype) if found != 0, else
+    unchanged: how a step with an inf or NaN gradient is undone without the host deciding."""
+    _one_float("restore_if_found_", "found", found)
+    if device == "cpu":
+        if found.data.reshape(()) != 0:
+            np.copyto(target, saved)
+        return
+    launch(device, SCALER_FILE, "restore_if_found", target, saved, found.data)
+
+
+def update_scale_(scale: Tensor, inv_scale: Tensor, good_steps: Tensor, found: Tensor, growth: float,
+                  backoff: float, interval: int) -> None:
+    """In place, after a step: scale *= backoff and good_steps = 0 if found, else good_steps += 1 and, at
+    ``interval``, scale *= growth (unless that overflows) and good_steps = 0; then inv_scale = 1 / scale."""
+    for name, t in (("scale", scale), ("inv_scale", inv_scale), ("good_steps", good_steps), ("found", found)):
+        _one_float("update_scale_", name, t)
+    if scale.device == "cpu":
+        s, count = np.float32(scale.data.reshape(())), np.float32(good_steps.data.reshape(()))
+        if found.data.reshape(()) != 0:
+            s, count = s * np.float32(backoff), np.float32(0)
+        else:
+            count += np.float32(1)
+            if count >= interval:
+                with np.errstate(over="ignore"):
+                    grown = s * np.float32(growth)
+                s, count = (grown if np.isfinite(grown) else s), np.float32(0)
+        scale.data[...], good_steps.data[...] = s, count
+        inv_scale.data[...] = np.float32(1) / s
+        return
+    launch(scale.device, SCALER_FILE, "update_scale", scale.data, inv_scale.data, good_steps.data, found.data,
+           float(growth), float(backoff), int(interval))
+
+
+def scale_by_(t: Tensor, coef: Tensor) -> Tensor:
+    """In place: t *= coef, a one-element float32 tensor read on the device (Phase 7's ``clip.py``
+    ``scale_by``): a factor the host does not know, such as a GradScaler's scale, without a read back."""
+    _one_float("scale_by_", "coef", coef)
+    if t.device != coef.device:
+        raise ValueError(f"scale_by_: t is on {t.device!r}, coef on {coef.device!r}")
+    if t.device == "cpu":
+        t.data[...] *= coef.data.reshape(())
+    elif t.size:
+        launch(t.device, "clip.py", "scale_by", t.data, coef.data)
+    return t

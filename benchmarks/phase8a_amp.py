@@ -1,0 +1,329 @@
+"""Phase 8a deliverable benchmark: mixed-precision training (``minitorch.amp.autocast("bfloat16")``) of Phase 7's
+GPT and Phase 6's MNIST CNN against their float32 runs and against PyTorch.
+
+Runs on the reference solution files of Phases 1-8a (a temporary workspace). For each model:
+
+- ``training``: the lab's recipe trained twice by minitorch, float32 and under bf16 autocast (fp32 master weights
+  and optimizer state; products on the learner's ``hgemm.py``), from the same initial weights on the same batches,
+  each step captured into a graph and replayed; the GPT's validation loss (the grader's 256 windows) and the CNN's
+  test accuracy, both evaluated in float32 from the trained fp32 weights, and the training time;
+- ``step``: one training step on one batch, timed alone (host time included): minitorch fp32 and bf16, captured and
+  launched from Python; PyTorch fp32 and ``torch.autocast("cuda", torch.bfloat16)``, eager and captured in a CUDA
+  graph (``torch.cuda.graph``, capturable optimizer); same model, same weights, same batch;
+- ``summary``: the gaps the deliverable bounds (GPT val loss within 0.02, CNN accuracy within 0.1 points) and the
+  step-time ratios (minitorch bf16 captured against PyTorch autocast captured and eager, and against minitorch fp32).
+
+On a GPU: ``python benchmarks/phase8a_amp.py`` (about two minutes on an H100) writes
+``benchmarks/results/phase8a_amp-<gpu>.json``. ``--small`` runs every line on the emulator with reduced models and
+a few steps (PyTorch on the cpu: no captured rows) and writes into a temporary directory: a check of the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import phase6_mnist as mnist
+import phase7_gpt as gpt
+from common import emulator_name, gpu_name, software, solution_sources, write_results
+
+LABS = gpt.LABS + ("phase8a_tensor_cores",)
+PRECISIONS = ("float32", "bfloat16")
+GPT_FULL, GPT_SMALL = gpt.FULL, dict(gpt.SMALL, train=dict(steps=6, batch_size=4, lr=1e-2, eval_every=3))
+MNIST_FULL, MNIST_SMALL = mnist.FULL, dict(epochs=1, train_images=128, test_images=100)
+MNIST_STEP_BATCH = mnist.BATCH
+
+
+def torch_or_none():
+    """PyTorch, or None where it is not installed (the --small check on a machine without it)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def autocast(precision: str):
+    """minitorch's autocast region for ``precision`` (float32: a disabled region)."""
+    from minitorch import amp
+
+    return amp.autocast("bfloat16", enabled=precision == "bfloat16")
+
+
+def torch_autocast(precision: str, device: str):
+    import torch
+
+    # cache_enabled=False: the autocast weight cache cannot live across a CUDA graph capture
+    return torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bfloat16", cache_enabled=False)
+
+
+# ---------------------------------------------------------------- GPT
+
+
+def gpt_step(model, opt, xb, yb, vocab: int, precision: str):
+    """The Phase 7 lab's step (loss, backward, clipping, AdamW), its forward under ``precision``'s autocast."""
+    from minitorch import functional as F  # noqa: N812
+    from minitorch import optim
+
+    b, t = xb.shape
+
+    def step():
+        with autocast(precision):
+            loss = F.cross_entropy(model(xb).reshape(b * t, vocab), yb.reshape(b * t))
+        opt.zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(model.parameters(), gpt.CLIP)
+        opt.step()
+        return loss
+
+    return step
+
+
+def gpt_rows(device: str, setup: dict) -> list[dict]:
+    import minitorch
+    from minitorch import backend, graph, nn, optim, text
+    from minitorch import functional as F  # noqa: N812
+
+    model_cfg, train_cfg = setup["model"], setup["train"]
+    tokenizer, train_ids, val_ids = gpt.shakespeare_ids()
+    vocab, b, t = tokenizer.vocab_size, train_cfg["batch_size"], model_cfg["block_size"]
+    val_x, val_y = text.evaluation_windows(val_ids, t, gpt.EVAL_WINDOWS)
+    val_xt, val_yt = minitorch.tensor(val_x, dtype="int32"), minitorch.tensor(val_y.reshape(-1), dtype="int32")
+    time_of = gpt.timer(device)
+    rows, steps, models = [], {}, {}
+    for precision in PRECISIONS:
+        model = nn.GPT(vocab, **model_cfg, seed=gpt.SEED)
+        opt = optim.AdamW(model.parameters(), lr=train_cfg["lr"], weight_decay=gpt.WEIGHT_DECAY)
+        xb, yb = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
+        step = gpt_step(model, opt, xb, yb, vocab, precision)
+        captured = graph.capture(step)
+        windows = text.RandomWindows(train_ids, t, b, seed=gpt.SEED)
+        backend.synchronize()
+        start = time.perf_counter()
+        for _ in range(train_cfg["steps"]):
+            x, y = windows.sample()
+            xb.copy_from(x)
+            yb.copy_from(y)
+            captured.replay()
+        backend.synchronize()
+        seconds = time.perf_counter() - start
+        with minitorch.no_grad():  # scored in float32, from the fp32 master weights
+            val = F.cross_entropy(model(val_xt).reshape(-1, vocab), val_yt).item()
+        rows.append({"kind": "training", "model": "gpt", "precision": precision, "steps": train_cfg["steps"],
+                     "val_loss": val, "train_seconds": seconds, "launches_per_step": captured.launches})
+        print(f"GPT {precision}: validation loss {val:.4f} after {train_cfg['steps']} steps in {seconds:.2f} s "
+              f"({captured.launches} launches a step)", flush=True)
+        steps[precision], models[precision] = (captured, step, xb, yb), model
+
+    # one step timed alone, on one batch, from the trained fp32 weights: minitorch both ways, PyTorch both ways
+    x, y = text.RandomWindows(train_ids, t, b, seed=gpt.SEED + 1).sample()
+    row = {"kind": "step", "model": "gpt", "batch": b, "context": t}
+    for precision in PRECISIONS:
+        captured, step, xb, yb = steps[precision]
+        xb.copy_from(x)  # the batch PyTorch is timed on too
+        yb.copy_from(y)
+        row[f"minitorch_{precision}_captured_seconds"] = time_of(captured.replay)
+        row[f"minitorch_{precision}_eager_seconds"] = time_of(step)
+    torch = torch_or_none()
+    if torch is None:
+        row["pytorch_skipped"] = "PyTorch is not installed here"
+        rows.append(row)
+        return rows
+    import torch.nn.functional as TF  # noqa: N812
+
+    tdev = "cuda" if device == "cuda" else "cpu"
+    txb, tyb = (torch.from_numpy(a.astype(np.int64)).to(tdev) for a in (x, y))
+
+    def torch_step_of(precision: str, capturable: bool):
+        net = gpt.torch_gpt(model_cfg, vocab, tdev)
+        gpt.load_weights(net, models["float32"])
+        topt = torch.optim.AdamW(net.parameters(), lr=train_cfg["lr"], weight_decay=gpt.WEIGHT_DECAY,
+                                 capturable=capturable)
+
+        def torch_step():
+            with torch_autocast(precision, tdev):
+                loss = TF.cross_entropy(net(txb).view(-1, vocab), tyb.view(-1))
+            topt.zero_grad(set_to_none=False)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(net.parameters(), gpt.CLIP)
+            topt.step()
+            return loss
+
+        torch_step()  # the gradients exist before a capture (zeroed in place after)
+        return torch_step
+
+    for precision in PRECISIONS:  # eager as most PyTorch code runs; captured with a capturable AdamW
+        row[f"pytorch_{precision}_eager_seconds"] = time_of(torch_step_of(precision, False))
+        if device == "cuda":
+            gc.collect()  # earlier steps' autograd graphs belong to the default stream: let them go first
+            row[f"pytorch_{precision}_captured_seconds"] = time_of(
+                gpt.torch_captured(torch_step_of(precision, True)).replay)
+    rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------- MNIST CNN
+
+
+def mnist_rows(device: str, config: dict) -> list[dict]:
+    import minitorch
+    from minitorch import backend, graph, optim
+    from minitorch import functional as F  # noqa: N812
+
+    arrays = mnist.load(config)
+    time_of = gpt.timer(device)
+    rows, steps = [], {}
+    y_train = arrays["y_train"].astype(np.int32)
+    n_steps, epochs = len(arrays["orders"][0]) // mnist.BATCH, config["epochs"]
+    for precision in PRECISIONS:
+        model = mnist.mnist_cnn(mnist.SEED)
+        optimizer = optim.Adam(model.parameters(), lr=mnist.LEARNING_RATE)
+        x_batch = minitorch.zeros((mnist.BATCH, 1, 28, 28))
+        y_batch = F.class_indices(np.zeros(mnist.BATCH, np.int64))
+
+        def train_step(model=model, optimizer=optimizer, x_batch=x_batch, y_batch=y_batch, precision=precision):
+            optimizer.zero_grad()
+            with autocast(precision):
+                loss = F.cross_entropy(model(x_batch), y_batch)
+            loss.backward()
+            optimizer.step()
+            return loss
+
+        seconds = 0.0
+        for epoch, order in enumerate(arrays["orders"]):  # the lab's recipe: cosine rate, images moved a pixel
+            optimizer.lr = mnist.learning_rate(mnist.LAB_RECIPE, epoch, epochs)
+            x_train = mnist.epoch_images(arrays, mnist.LAB_RECIPE, epoch)
+            backend.synchronize()
+            start = time.perf_counter()
+            captured = graph.capture(train_step)
+            for i in range(n_steps):
+                chosen = order[i * mnist.BATCH:(i + 1) * mnist.BATCH]
+                x_batch.copy_from(x_train[chosen])
+                y_batch.copy_from(y_train[chosen])
+                captured.replay()
+            backend.synchronize()
+            seconds += time.perf_counter() - start
+        accuracy = float(np.mean(mnist.predict_minitorch(model, arrays["x_test"]) == arrays["y_test"]))
+        rows.append({"kind": "training", "model": "mnist_cnn", "precision": precision, "epochs": epochs,
+                     "test_accuracy": accuracy, "train_seconds": seconds, "launches_per_step": captured.launches})
+        print(f"MNIST CNN {precision}: test accuracy {accuracy:.2%} after {epochs} epochs in {seconds:.2f} s "
+              f"({captured.launches} launches a step)", flush=True)
+        steps[precision] = (captured, train_step, x_batch, y_batch)
+
+    row = {"kind": "step", "model": "mnist_cnn", "batch": mnist.BATCH}
+    chosen = arrays["orders"][0][:mnist.BATCH]  # one batch, for every framework and precision
+    for precision in PRECISIONS:
+        captured, step, x_batch, y_batch = steps[precision]
+        x_batch.copy_from(np.ascontiguousarray(arrays["x_train"][chosen]))
+        y_batch.copy_from(y_train[chosen])
+        row[f"minitorch_{precision}_captured_seconds"] = time_of(captured.replay)
+        row[f"minitorch_{precision}_eager_seconds"] = time_of(step)
+    torch = torch_or_none()
+    if torch is None:
+        row["pytorch_skipped"] = "PyTorch is not installed here"
+        rows.append(row)
+        return rows
+    tdev = "cuda" if device == "cuda" else "cpu"
+    tx = torch.from_numpy(np.ascontiguousarray(arrays["x_train"][chosen])).to(tdev)
+    ty = torch.from_numpy(arrays["y_train"][chosen]).to(tdev)
+    def torch_step_of(precision: str, capturable: bool):
+        net = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+            torch.nn.Flatten(), torch.nn.Linear(784, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).to(tdev)
+        adam = torch.optim.Adam(net.parameters(), lr=mnist.LEARNING_RATE, capturable=capturable)
+
+        def torch_step():
+            with torch_autocast(precision, tdev):
+                loss = torch.nn.functional.cross_entropy(net(tx), ty)
+            adam.zero_grad(set_to_none=False)
+            loss.backward()
+            adam.step()
+            return loss
+
+        torch_step()
+        return torch_step
+
+    for precision in PRECISIONS:
+        row[f"pytorch_{precision}_eager_seconds"] = time_of(torch_step_of(precision, False))
+        if device == "cuda":
+            gc.collect()  # earlier steps' autograd graphs belong to the default stream: let them go first
+            row[f"pytorch_{precision}_captured_seconds"] = time_of(
+                gpt.torch_captured(torch_step_of(precision, True)).replay)
+    rows.append(row)
+    return rows
+
+
+def summaries(rows: list[dict]) -> list[dict]:
+    out = []
+    for model, metric, bound in (("gpt", "val_loss", 0.02), ("mnist_cnn", "test_accuracy", 0.001)):
+        trained = {r["precision"]: r for r in rows if r["kind"] == "training" and r["model"] == model}
+        step = next(r for r in rows if r["kind"] == "step" and r["model"] == model)
+        gap = trained["bfloat16"][metric] - trained["float32"][metric]
+        summary = {"kind": "summary", "model": model, "metric": metric, "float32": trained["float32"][metric],
+                   "bfloat16": trained["bfloat16"][metric], "gap": gap, "bound": bound,
+                   "within_bound": bool(abs(gap) <= bound) if metric == "val_loss" else bool(-gap <= bound),
+                   "bf16_over_fp32_captured": step["minitorch_bfloat16_captured_seconds"]
+                   / step["minitorch_float32_captured_seconds"]}
+        for way in ("eager", "captured"):
+            if f"pytorch_bfloat16_{way}_seconds" in step:
+                summary[f"bf16_over_pytorch_autocast_{way}"] = (step["minitorch_bfloat16_captured_seconds"]
+                                                                / step[f"pytorch_bfloat16_{way}_seconds"])
+        out.append(summary)
+        print(f"{model}: {metric} fp32 {summary['float32']:.4f}, bf16 {summary['bfloat16']:.4f} (gap {gap:+.4f}); "
+              f"bf16 step {summary['bf16_over_fp32_captured']:.2f}x minitorch fp32"
+              + "".join(f", {summary[f'bf16_over_pytorch_autocast_{way}']:.2f}x PyTorch autocast {way}"
+                        for way in ("eager", "captured") if f"bf16_over_pytorch_autocast_{way}" in summary),
+              flush=True)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--small", action="store_true", help="the emulator, reduced models, a few steps: a check")
+    parser.add_argument("--only", choices=("gpt", "mnist"), help="one model (a quicker check)")
+    args = parser.parse_args(argv)
+    os.environ["MINITORCH_WORKSPACE"] = tempfile.mkdtemp(prefix="minitorch-bench-")
+    import minitorch
+    from minitorch.kernels import write_source
+
+    device = "emu" if args.small else "cuda"
+    if device == "cuda" and not minitorch.cuda_available():
+        print("no usable GPU: run with --small for a check of the script on the emulator", file=sys.stderr)
+        return 1
+    minitorch.set_device(device)
+    for lab in LABS:
+        for name, source in solution_sources(f"{lab}.ipynb").items():
+            write_source(name, source)
+    name = gpu_name() if device == "cuda" else emulator_name()
+    print(f"device: {name}", flush=True)
+    rows: list[dict] = []
+    if args.only != "mnist":
+        rows += gpt_rows(device, GPT_SMALL if args.small else GPT_FULL)
+    if args.only != "gpt":
+        rows += mnist_rows(device, MNIST_SMALL if args.small else MNIST_FULL)
+    if not args.only:
+        rows += summaries(rows)
+    config = {"gpt": GPT_SMALL if args.small else GPT_FULL, "mnist": MNIST_SMALL if args.small else MNIST_FULL,
+              "autocast": "bfloat16", "hgemm_variant": "best"}
+    if args.small:
+        path = Path(tempfile.mkdtemp(prefix="phase8a-amp-small-")) / "phase8a_amp-small.json"
+        doc = {"benchmark": "phase8a_amp", "device": name, "date": datetime.date.today().isoformat(),
+               "software": software(), "configuration": "small", "config": config, "results": rows}
+        path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        print(f"wrote {path} (not a result for the book)")
+        return 0
+    write_results("phase8a_amp", name, rows, configuration="full", config=config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
