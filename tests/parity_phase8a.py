@@ -1,4 +1,4 @@
-"""Parity cases of Phase 8a's kernels (convert.cu, hgemm.cu), for tests/test_parity.py.
+"""Parity cases of Phase 8a's kernels (convert.cu, hgemm.cu, scaler.cu), for tests/test_parity.py.
 
 The conversions are integer operations on bits: float32 patterns of every class (and every 16-bit pattern on the
 way back) give the same bits on a GPU and on the emulator, and equal NumPy's rounding (NaNs compared as "a NaN of
@@ -6,6 +6,8 @@ this sign"). The HGEMM rungs multiply small integers (|a|, |b| <= 8, K < 100): e
 sum is an integer below 2^24, exact in float32 in any order, so the tensor cores' grouping of the additions
 changes nothing and the float32 result is the float64 product; a 16-bit output is that integer rounded once to
 nearest even.
+The loss scaler's kernels multiply by powers of two (exact unless the result overflows, which is what they look
+for) and copy 32-bit words: the same bits everywhere, inf and NaN included.
 """
 
 from __future__ import annotations
@@ -107,10 +109,65 @@ def _hgemm(variant: str) -> Callable:
     return case
 
 
+def _unscale_check(n: int, rng: np.random.Generator):
+    """g * 2^-k with a few entries that overflow to inf or are NaN (when n allows): g and the flag."""
+    g = (rng.integers(-64, 64, n) * 2.0 ** rng.integers(-20, 120, n)).astype(np.float32)
+    inv = np.float32(2.0 ** -7 if n % 2 else 2.0 ** 9)
+    if n > 2:
+        g[n // 2] = np.float32(np.nan) if n % 3 else np.float32(3e38)
+    out, found = backend.asarray(g), backend.asarray(np.zeros(1, np.float32))
+    kernels.load_kernel("scaler.cu", "unscale_check")(((n + 127) // 128,), (128,), (
+        out, backend.asarray(np.array([inv], np.float32)), found, np.int64(n)))
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = g * inv
+    flag = np.float32(0.0 if np.isfinite(want).all() else 1.0)
+    got = np.concatenate([backend.asnumpy(out), backend.asnumpy(found)])
+    return got, np.concatenate([want, [flag]]).astype(np.float64)
+
+
+def _restore_if_found(n: int, rng: np.random.Generator):
+    """Two launches: found = 0 leaves p alone, found = 1 copies saved (random 32-bit words, NaN patterns too)."""
+    p0 = rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+    saved = rng.integers(0, 2 ** 32, n, dtype=np.uint64).astype(np.uint32)
+    results = []
+    for flag in (0.0, 1.0):
+        p = backend.asarray(p0)
+        kernels.load_kernel("scaler.cu", "restore_if_found")((3,), (64,), (
+            p, backend.asarray(saved), backend.asarray(np.array([flag], np.float32)), np.int64(n)))
+        results.append(backend.asnumpy(p))
+    return np.concatenate(results), np.concatenate([p0, saved]).astype(np.float64)
+
+
+def _update_scale(n: int, rng: np.random.Generator):
+    """One launch per step over min(n, 64) steps of a random found/not-found sequence (growth 2, backoff 1/2, interval 3,
+    a start near float32's top so that a growth that would overflow is refused): scale, inverse and count."""
+    scale, inv, good = 2.0 ** 120, 2.0 ** -120, 0.0
+    dev = [backend.asarray(np.array([v], np.float32)) for v in (scale, inv, good)]
+    trace, want = [], []
+    for found in rng.integers(0, 4, min(n, 64)) == 0:  # a launch a step: 64 steps at most
+        kernels.load_kernel("scaler.cu", "update_scale")((1,), (32,), (
+            *dev, backend.asarray(np.array([1.0 if found else 0.0], np.float32)), np.float32(2.0),
+            np.float32(0.5), np.int32(3)))
+        trace.extend(float(backend.asnumpy(d)[0]) for d in dev)
+        if found:
+            scale, good = scale * 0.5, 0.0
+        else:
+            good += 1
+            if good >= 3:
+                if scale * 2.0 <= float(np.finfo(np.float32).max):
+                    scale *= 2.0
+                good = 0.0
+        want.extend([scale, 1.0 / scale, good])
+    return np.array(trace), np.array(want, np.float64)
+
+
 PHASE8A_CASES: dict[tuple[str, str], Callable] = {
     ("convert.cu", "float_to_half"): _to_16bit("float16"),
     ("convert.cu", "float_to_bfloat16"): _to_16bit("bfloat16"),
     ("convert.cu", "half_to_float"): _from_16bit("float16"),
     ("convert.cu", "bfloat16_to_float"): _from_16bit("bfloat16"),
     **{("hgemm.cu", kernel): _hgemm(variant) for kernel, variant in HGEMM_RUNGS.items()},
+    ("scaler.cu", "unscale_check"): _unscale_check,
+    ("scaler.cu", "restore_if_found"): _restore_if_found,
+    ("scaler.cu", "update_scale"): _update_scale,
 }
