@@ -158,7 +158,10 @@ def test_update_scale_follows_the_flags():
             want_s, want_c = model_update(want_s, want_c, flag, growth, backoff, interval)
             got = (host(scale)[0], host(count)[0], host(inv)[0])
             want = (np.float32(want_s), np.float32(want_c), np.float32(1) / np.float32(want_s))
-            if got != want:
+            # 1/scale of a scale above 2^126 is subnormal: the H100 (2026-11-27) returned 0 there where the
+            # emulator's host gives the subnormal; either is accepted (an inverse that small unscales nothing)
+            tiny = abs(want[2]) < np.finfo(np.float32).tiny and got[2] == 0
+            if got != want and not (tiny and got[:2] == want[:2]):
                 raise GradeError(f"update_scale (growth {growth}, backoff {backoff}, interval {interval}), update "
                                  f"{i + 1} (found = {bool(flag)}): got scale, good steps, inverse {got}, expected "
                                  f"{want}")
