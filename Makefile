@@ -54,7 +54,7 @@ lint: $(STAMP)
 test: $(STAMP) sandbox-tool
 	$(VPY) -m ruff check .
 	$(VPY) -m grader labs --check
-	MINITORCH_DEVICE=emu MINITORCH_EMU_WORKERS=1 $(VPY) -m pytest -m "not gpu" -q -n $(TEST_JOBS) tests
+	MINITORCH_DEVICE=emu MINITORCH_EMU_WORKERS=1 $(VPY) -m pytest -m "not gpu" -q -n $(TEST_JOBS) --dist worksteal tests
 	printf '%s\n' $(PHASES) | xargs -P $(GRADE_JOBS) -I{} sh -c 'out=$$(MINITORCH_DEVICE=emu $(VPY) -m grader check {} \
 	  --solutions --device emu 2>&1); status=$$?; printf "%s\n" "$$out"; exit $$status'
 	$(MAKE) --no-print-directory book
@@ -67,7 +67,7 @@ sandbox-tool:
 	  echo "bwrap not installed: the grade-all sandbox tests will be skipped"
 
 test-fast: $(STAMP)
-	MINITORCH_DEVICE=emu MINITORCH_EMU_WORKERS=1 $(VPY) -m pytest -m "not gpu and not slow" -q -n $(TEST_JOBS) tests
+	MINITORCH_DEVICE=emu MINITORCH_EMU_WORKERS=1 $(VPY) -m pytest -m "not gpu and not slow" -q -n $(TEST_JOBS) --dist worksteal tests
 
 # Always from a clean _build: an incremental build can hide warnings.
 book: $(STAMP)
