@@ -102,7 +102,7 @@ KERNEL_FILES: dict[str, LearnerFile] = {
         ("convert.py", "Exercise 2: launching the conversions"),
         ("hgemm.cu", "Exercise 3: the HGEMM ladder"),
         ("hgemm.py", "Exercise 4: launching the ladder"),
-        ("hgemm_wgmma.cu", "Exercise 6: rung 6, wgmma fed by the TMA (Hopper)"),
+        ("hgemm_wgmma.cu", "Exercise 5: rung 6, wgmma fed by the TMA (Hopper)"),
         ("scaler.cu", "Exercise 7: a loss scaler on the device"),
         ("scaler.py", "Exercise 8: launching the loss scaler"))},
     **{name: LearnerFile("phase8b", "labs/phase8b_flash.ipynb", cell) for name, cell in (
