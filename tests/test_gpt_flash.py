@@ -142,3 +142,28 @@ def test_flash_gpt_errors():
     with pytest.raises(TypeError, match=r"float16 or bfloat16, got float32"):
         functional.flash_self_attention(minitorch.tensor(np.zeros((1, 3, 384), np.float32), device="cpu"), 2,
                                         dtype="float32")
+
+
+def test_set_hgemm_variant_chooses_the_launchers_variant_by_shape(solutions):
+    """The capstone's GEMM choice: a name or a function of (M, N, K, transpose_a, transpose_b) reaches hgemm.py."""
+    from minitorch import amp, ops
+
+    rng = np.random.default_rng(6)
+    a, b = (minitorch.tensor(rng.standard_normal(s).astype(np.float32), device="emu") for s in ((5, 8), (8, 16)))
+    with amp.autocast("bfloat16"):
+        default = (a @ b).numpy()
+    seen = []
+    previous = ops.set_hgemm_variant(lambda *shape: seen.append(shape) or "mma")
+    try:
+        with amp.autocast("bfloat16"):
+            chosen = (a @ b).numpy()
+            ops.matmul(a, b, transpose_b=False, compute_dtype="bfloat16")
+            ops.set_hgemm_variant("no such rung")
+            with pytest.raises(ValueError, match="unknown variant 'no such rung'"):
+                a @ b
+    finally:
+        ops.set_hgemm_variant(previous)
+    assert seen == [(5, 16, 8, False, False)] * 2
+    np.testing.assert_allclose(chosen, default, rtol=1e-6, atol=1e-6)  # fp32 sums of the same bf16 products
+    with pytest.raises(TypeError, match="a variant name of hgemm.py"):
+        ops.set_hgemm_variant(3)
