@@ -244,9 +244,10 @@ def _capstone_curves(ref: Results) -> None:
 
     parts = []
     if summary:
-        parts.append(f"minitorch's best validation loss is {summary['best_val_loss']:.3f} at step "
-                     f"{summary['best_step']:,} (the grader's float64 forward pass of that checkpoint: "
-                     f"{summary['best_val_loss_float64']:.3f}; the bar {summary['val_bar']})")
+        parts.append(f"Trained by minitorch on the lab's kernels, the model's best validation loss is "
+                     f"{summary['best_val_loss']:.3f} at step {summary['best_step']:,} (the grader's float64 "
+                     f"forward pass of that checkpoint: {summary['best_val_loss_float64']:.3f}; the bar "
+                     f"{summary['val_bar']:.2f})")
         if summary.get("pytorch_best_val_loss") is not None:
             parts.append(f"PyTorch's, on the same batches from the same weights, {summary['pytorch_best_val_loss']:.3f} "
                          f"at step {summary['pytorch_best_step']:,}")
@@ -260,7 +261,7 @@ def _capstone_curves(ref: Results) -> None:
                      + ("; PyTorch " + ", ".join(f"{w} {ms:.1f} ms ({ours / ms:.2f}×)" for w, ms in ways)
                         if ways else ""))
     text = "; ".join(parts) + f". {ref.provenance}" if parts else missing_md(CAPSTONE, CAPSTONE_SCRIPT)
-    glue_md("phase8b-capstone-text", text[0].upper() + text[1:])
+    glue_md("phase8b-capstone-text", text[:1].upper() + text[1:])
 
 
 def _capstone_samples(ref: Results) -> None:
@@ -317,7 +318,7 @@ def _kernel_group(name: str) -> str:
                        ("to_float", "bf16 conversions")):
         if key in lowered:
             return label
-    return "other (elementwise, reductions, copies)"
+    return "other"
 
 
 def _capstone_maps(ref: Results) -> None:
@@ -331,6 +332,7 @@ def _capstone_maps(ref: Results) -> None:
     for m in maps:
         ax = axes[layers.index(m["layer"])][heads.index(m["head"])]
         ax.imshow(m["probs"], cmap="viridis", vmin=0, vmax=1)
+        ax.grid(False)
         labels = [repr(c)[1:-1] for c in m["text"]]
         ax.set_xticks(range(len(labels)), labels, fontsize=4)
         ax.set_yticks(range(len(labels)), labels, fontsize=4)
