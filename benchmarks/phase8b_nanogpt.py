@@ -286,6 +286,13 @@ def train_minitorch(cfg: dict, model, tokenizer, train_ids, val_ids, vocab: int)
             aside += time.perf_counter() - began
         if i == cfg["steps"]:
             break
+        if i and i % cfg["eval_every"] == 0:
+            # FlashAttention's dropout takes its Philox seed and offset as launch arguments, which a graph keeps:
+            # every replay of one capture drops the same attention probabilities (per batch slot and head; the
+            # windows in the slots change). A new capture takes the next offset: new masks every eval_every steps.
+            # (The residual dropout counts its steps on the device: new masks every replay.)
+            del captured
+            captured = graph.capture(step)
         x, y = windows.sample()
         xb.copy_from(x)
         yb.copy_from(y)

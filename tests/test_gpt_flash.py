@@ -28,6 +28,11 @@ def solutions(workspace, monkeypatch):
     return write_solutions(workspace, NOTEBOOKS)
 
 
+@pytest.fixture(params=["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request, solutions):
+    return request.param
+
+
 def ids(values, device):
     return minitorch.tensor(np.asarray(values), device=device, dtype="int32")
 
@@ -50,16 +55,16 @@ def gradients(model: nn.GPT, x: np.ndarray, g: np.ndarray, device: str) -> tuple
     return logits.numpy(), {name: p.grad.numpy() for name, p in model.named_parameters()}
 
 
-def test_flash_gpt_matches_float64_and_the_materialised_gpt(solutions):
+def test_flash_gpt_matches_float64_and_the_materialised_gpt(device):
     x = np.random.default_rng(0).integers(0, 13, (BATCH, T))
-    flash = nn.GPT(**CONFIG, device="emu", attention="flash")
-    plain = nn.GPT(**CONFIG, device="emu")
+    flash = nn.GPT(**CONFIG, device=device, attention="flash")
+    plain = nn.GPT(**CONFIG, device=device)
     ref = nn.GPT(**CONFIG, device="cpu", dtype="float64")
     for (name, p), (_, q) in zip(flash.named_parameters(), plain.named_parameters(), strict=True):
         np.testing.assert_array_equal(p.numpy(), q.numpy(), err_msg=name)  # one seed, the same weights
     g = np.random.default_rng(1).standard_normal((BATCH, T, 13))
-    got, got_grads = gradients(flash, x, g, "emu")
-    mat, mat_grads = gradients(plain, x, g, "emu")
+    got, got_grads = gradients(flash, x, g, device)
+    mat, mat_grads = gradients(plain, x, g, device)
     _, want_grads = gradients(ref, x, g, "cpu")
     want = float64_logits(flash, x)
     # q, k, v and the attention output rounded to bfloat16 (8 bits): measured 4.6e-4 (logits), 2.8e-3 (the
@@ -72,30 +77,30 @@ def test_flash_gpt_matches_float64_and_the_materialised_gpt(solutions):
         assert relative(mat_grads[name], w) < 1e-4, name
 
 
-def test_flash_attention_dropout_is_repeatable_and_its_backward_regenerates_the_mask(solutions):
+def test_flash_attention_dropout_is_repeatable_and_its_backward_regenerates_the_mask(device):
     """FlashSelfAttention with dropout on the emulator against the cpu path, whose mask comes from
     minitorch.philox and whose products are float64: y for two draws, and the gradient of qkv."""
     rng = np.random.default_rng(2)
     qkv = rng.standard_normal((BATCH, T, 3 * 128)).astype(np.float32)
     g = rng.standard_normal((BATCH, T, 128)).astype(np.float32)
     results = {}
-    for device in ("emu", "cpu"):
-        x = minitorch.tensor(qkv, device=device, requires_grad=True)
+    for where in (device, "cpu"):
+        x = minitorch.tensor(qkv, device=where, requires_grad=True)
         y = functional.flash_self_attention(x, 2, dropout_p=0.3, seed=77, offset=4)
-        y.backward(minitorch.tensor(g, device=device))
-        again = functional.flash_self_attention(minitorch.tensor(qkv, device=device), 2, dropout_p=0.3, seed=77,
+        y.backward(minitorch.tensor(g, device=where))
+        again = functional.flash_self_attention(minitorch.tensor(qkv, device=where), 2, dropout_p=0.3, seed=77,
                                                 offset=4).numpy()
-        other = functional.flash_self_attention(minitorch.tensor(qkv, device=device), 2, dropout_p=0.3, seed=77,
+        other = functional.flash_self_attention(minitorch.tensor(qkv, device=where), 2, dropout_p=0.3, seed=77,
                                                 offset=5).numpy()
-        plain = functional.flash_self_attention(minitorch.tensor(qkv, device=device), 2, dropout_p=0.3, seed=77,
+        plain = functional.flash_self_attention(minitorch.tensor(qkv, device=where), 2, dropout_p=0.3, seed=77,
                                                 training=False).numpy()
-        results[device] = y.numpy(), x.grad.numpy()
+        results[where] = y.numpy(), x.grad.numpy()
         np.testing.assert_array_equal(again, y.numpy())          # one seed and offset: one mask
         assert relative(other, y.numpy()) > 0.1                   # another offset: another mask
         assert relative(plain, y.numpy()) > 0.1                   # eval: no dropout
-    (y_emu, dx_emu), (y_cpu, dx_cpu) = results["emu"], results["cpu"]
-    assert relative(y_emu, y_cpu) < 1e-2
-    assert relative(dx_emu, dx_cpu) < 2e-2
+    (y_dev, dx_dev), (y_cpu, dx_cpu) = results[device], results["cpu"]
+    assert relative(y_dev, y_cpu) < 1e-2
+    assert relative(dx_dev, dx_cpu) < 2e-2
 
 
 def test_a_flash_gpt_with_dropout_draws_new_masks_each_step_and_none_in_eval(solutions):
@@ -167,3 +172,59 @@ def test_set_hgemm_variant_chooses_the_launchers_variant_by_shape(solutions):
     np.testing.assert_allclose(chosen, default, rtol=1e-6, atol=1e-6)  # fp32 sums of the same bf16 products
     with pytest.raises(TypeError, match="a variant name of hgemm.py"):
         ops.set_hgemm_variant(3)
+
+
+def test_a_tied_heads_backward_runs_in_the_autocast_dtype(solutions):
+    """The tied head's products (logits = x · wteᵀ) run on the tensor cores in the backward too, as MatMul's: the
+    backward comes after the autocast region, so the Function records the dtype at its forward. No float32 GEMM
+    is left in a bf16 step; the gradients stay those of the float32 model within bf16's rounding."""
+    from minitorch import amp, kernels
+
+    config = {**CONFIG, "attention": "flash"}
+    x = np.random.default_rng(8).integers(0, 13, (BATCH, T))
+    g = np.random.default_rng(9).standard_normal((BATCH, T, 13)).astype(np.float32)
+    model, ref = nn.GPT(**config, device="emu"), nn.GPT(**config, device="cpu", dtype="float64")
+    with amp.autocast("bfloat16"):
+        logits = model(ids(x, "emu"))
+    kernels.reset_launch_counts()
+    logits.backward(minitorch.tensor(g, device="emu"))
+    files = {file for (file, _), n in kernels.launch_counts().items() if n}
+    assert "hgemm.cu" in files and "gemm.cu" not in files, files
+    _, want = gradients(ref, x, g, "cpu")
+    assert relative(model.wte.weight.grad.numpy(), want["wte.weight"]) < 2e-2
+
+
+def test_a_captured_flash_gpt_step_under_autocast_equals_eager_steps(solutions):
+    """The capstone's step (flash attention, bf16 autocast, clipping, AdamW) captured into a graph and replayed
+    gives the losses of the same step run eagerly on the same batches (dropout off: one trajectory)."""
+    from minitorch import amp, graph, optim
+
+    L = CONFIG["block_size"]  # noqa: N806 (a captured step's context: its position ids exist before the capture)
+
+    models = [nn.GPT(**{**CONFIG, "n_layer": 1}, device="emu", attention="flash") for _ in range(2)]
+    opts = [optim.AdamW(m.optimizer_groups(0.1), lr=1e-2, betas=(0.9, 0.99)) for m in models]
+    xs = [minitorch.zeros((BATCH, L), device="emu", dtype="int32") for _ in range(2)]
+    ys = [minitorch.zeros((BATCH, L), device="emu", dtype="int32") for _ in range(2)]
+
+    def step(i: int) -> minitorch.Tensor:
+        with amp.autocast("bfloat16"):
+            loss = functional.cross_entropy(models[i](xs[i]).reshape(BATCH * L, 13), ys[i].reshape(BATCH * L))
+        opts[i].zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(models[i].parameters(), 1.0)
+        opts[i].step()
+        return loss
+
+    captured = graph.capture(lambda: step(1), device="emu")
+    rng = np.random.default_rng(10)
+    losses = []
+    for _ in range(2):
+        x, y = (rng.integers(0, 13, (BATCH, L)).astype(np.int32) for _ in range(2))
+        for i in range(2):
+            xs[i].copy_from(x)
+            ys[i].copy_from(y)
+        eager = step(0).item()
+        captured.replay()
+        losses.append(eager)
+        assert captured.output.item() == pytest.approx(eager, rel=1e-6)
+    assert losses[1] < losses[0] or not np.isclose(losses[1], losses[0])  # the weights moved

@@ -190,18 +190,22 @@ class TransformerBlock(Module):
 
 class _TiedProjection(Function):
     """y = x @ Wᵀ for x (N, C) and a (V, C) table W: the tied head's logits, the table read transposed in
-    place. dx = dy @ W; dW = dyᵀ @ x, which backprop adds to the embedding's own gradient of W."""
+    place. dx = dy @ W; dW = dyᵀ @ x, which backprop adds to the embedding's own gradient of W. Under
+    autocast the backward's products run in the forward's 16-bit dtype too (recorded at the forward, as
+    MatMul does: the backward runs after the autocast region has closed)."""
 
     @staticmethod
     def forward(ctx: Context, x: Tensor, weight: Tensor) -> Tensor:
         ctx.save_for_backward(x, weight)
+        ctx.compute = ops.product_dtype(x.dtype)  # None outside autocast: float32 products, as before
         return ops.matmul(x, weight, transpose_b=True)
 
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         x, weight = ctx.saved_tensors
-        return (ops.matmul(grad, weight) if ctx.needs_input_grad[0] else None,
-                ops.matmul(grad, x, transpose_a=True) if ctx.needs_input_grad[1] else None)
+        c = ctx.compute
+        return (ops.matmul(grad, weight, compute_dtype=c) if ctx.needs_input_grad[0] else None,
+                ops.matmul(grad, x, transpose_a=True, compute_dtype=c) if ctx.needs_input_grad[1] else None)
 
 
 class TiedHead(Module):
