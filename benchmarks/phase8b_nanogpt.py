@@ -23,8 +23,9 @@ Rows of the JSON (``benchmarks/results/phase8b_nanogpt-<device>.json``):
   for minitorch and for PyTorch (eager: bf16 autocast, ``scaled_dot_product_attention`` with dropout);
 - ``sample``: 500 characters of the minitorch model (temperature 1, seed 0, after a newline) at steps 0, 500,
   1,000 and 2,000;
-- ``best``: the best validation loss and its step; the grader's float64 NumPy re-evaluation of that checkpoint
-  (``grader/tests/test_phase7_gpt.py: validation_loss``: the grader's own forward pass);
+- ``best``: the best validation loss (bf16 autocast, as trained) and its step; a float64 re-evaluation of that
+  checkpoint on the same windows (PyTorch's model in float64; the grader re-evaluates the saved pair with its own
+  NumPy forward);
 - ``step``: one training step (host time included): minitorch captured (per hgemm variant), PyTorch eager,
   ``torch.compile`` and captured in a CUDA graph (capturable AdamW), same weights and batch; ratios;
 - ``kernel``: one captured minitorch step split by kernel (``torch.profiler``: calls, µs a step, share);
@@ -545,21 +546,39 @@ def save_checkpoint(path: Path, cfg: dict, model, tokenizer, best: dict, grader_
           f"{path.with_suffix('.npz')}", flush=True)
 
 
-def grader_val_loss(cfg: dict, model, state: dict, val_ids: np.ndarray) -> float:
-    """The grader's own float64 NumPy validation loss of a checkpoint (its 256 windows; the smoke check's few)."""
-    from grader.tests import test_phase7_gpt as grader
-
-    params = {name: np.asarray(value, np.float64) for name, value in state.items()}
-    config = {**model.config, "tie_weights": model.tie_weights}
-    if cfg["eval_windows"] == grader.EVAL_WINDOWS:
-        return grader.validation_loss(params, config, val_ids)
+def float64_val_loss(cfg: dict, model, state: dict, val_ids: np.ndarray, vocab: int, device: str, net=None) -> tuple:
+    """A float64 re-evaluation of a checkpoint on the grader's validation windows: PyTorch's model in float64
+    (where PyTorch is installed: on the GPU, seconds), else the grader's own NumPy forward
+    (``grader/tests/test_phase7_gpt.py: logits_of``; minutes of CPU at the recipe's size, so the smoke check's
+    only). Returns (loss, how)."""
     from minitorch import text
 
     val_x, val_y = text.evaluation_windows(val_ids, cfg["model"]["block_size"], cfg["eval_windows"])
-    z = grader.logits_of(params, config, val_x)
+    if net is not None:
+        import torch
+        import torch.nn.functional as TF  # noqa: N812
+
+        from minitorch import nn
+
+        saved = nn.GPT(vocab, **cfg["model"], seed=SEED, tie_weights=cfg["tie_weights"], device="cpu")
+        saved.load_state_dict(state)
+        ref = torch_gpt(cfg, vocab, device)
+        gpt.load_weights(ref, saved)
+        ref = ref.double().eval()
+        total = 0.0
+        with torch.no_grad():
+            for i in range(0, len(val_x), 32):
+                xs = torch.from_numpy(val_x[i:i + 32].astype(np.int64)).to(device)
+                ys = torch.from_numpy(val_y[i:i + 32].astype(np.int64)).to(device)
+                total += TF.cross_entropy(ref(xs).view(-1, vocab), ys.view(-1), reduction="sum").item()
+        return total / val_y.size, "pytorch float64"
+    from grader.tests import test_phase7_gpt as grader
+
+    params = {name: np.asarray(value, np.float64) for name, value in state.items()}
+    z = grader.logits_of(params, {**model.config, "tie_weights": model.tie_weights}, val_x)
     z = z - z.max(axis=-1, keepdims=True)
     log_p = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-    return float(-np.take_along_axis(log_p, val_y[..., None], axis=-1).mean())
+    return float(-np.take_along_axis(log_p, val_y[..., None], axis=-1).mean()), "the grader's numpy float64 forward"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -632,11 +651,11 @@ def main(argv: list[str] | None = None) -> int:
         rows += torch_curve
     best = run["best"]
     began = time.perf_counter()
-    grader_val = grader_val_loss(cfg, model, best["state"], val_ids)
+    grader_val, how = float64_val_loss(cfg, model, best["state"], val_ids, vocab, tdev, net)
     rows.append({"kind": "best", "val_loss": best["val_loss"], "step": best["step"], "val_loss_float64": grader_val,
-                 "float64_seconds": time.perf_counter() - began})
-    print(f"best: val {best['val_loss']:.4f} at step {best['step']}; the grader's float64 forward: {grader_val:.4f}",
-          flush=True)
+                 "float64_by": how, "float64_seconds": time.perf_counter() - began})
+    print(f"best: val {best['val_loss']:.4f} (bf16 autocast) at step {best['step']}; in float64 ({how}): "
+          f"{grader_val:.4f}", flush=True)
 
     x, y = text.RandomWindows(train_ids, cfg["model"]["block_size"], cfg["batch_size"], seed=SEED + 2).sample()
     variants = {"pipeline": "pipeline", "wgmma": "wgmma", "autotuned": policy} if device == "cuda" else {}
