@@ -228,3 +228,23 @@ def test_a_captured_flash_gpt_step_under_autocast_equals_eager_steps(solutions):
         losses.append(eager)
         assert captured.output.item() == pytest.approx(eager, rel=1e-6)
     assert losses[1] < losses[0] or not np.isclose(losses[1], losses[0])  # the weights moved
+
+
+@pytest.mark.parametrize("fmt, n_head, parts, width", [("bfloat16", 2, 3, 3 * 2 * 6), ("float16", 3, 1, 3 * 5)])
+def test_16bit_heads_split_and_merge_moving_bits(solutions, fmt, n_head, parts, width):
+    """split_heads / merge_heads of 16-bit tensors: the float32 result's bits rounded, exactly; D = 6 moves words of
+    two values through the learner's float32 kernels, D = 5 (odd) goes through float32."""
+    from minitorch import ops
+
+    x = np.random.default_rng(11).standard_normal((2, 7, width)).astype(np.float32)
+    for device in ("emu", "cpu"):
+        x16 = ops.convert(minitorch.tensor(x, device=device), fmt)
+        heads = ops.split_heads(x16, n_head, parts)
+        want = ops.split_heads(ops.convert(x16, "float32"), n_head, parts)
+        assert len(heads) == parts
+        for got, ref in zip(heads, want, strict=True):
+            assert got.dtype == x16.dtype and got.shape == ref.shape == (2, n_head, 7, width // (parts * n_head))
+            np.testing.assert_array_equal(got.numpy(), ref.numpy(), err_msg=device)
+        merged = ops.merge_heads(*heads)
+        assert merged.dtype == x16.dtype
+        np.testing.assert_array_equal(merged.numpy(), x16.numpy(), err_msg=device)
