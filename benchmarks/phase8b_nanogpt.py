@@ -27,8 +27,11 @@ Rows of the JSON (``benchmarks/results/phase8b_nanogpt-<device>.json``):
 - ``best``: the best validation loss (bf16 autocast, as trained) and its step; a float64 re-evaluation of that
   checkpoint on the same windows (PyTorch's model in float64; the grader re-evaluates the saved pair with its own
   NumPy forward);
-- ``step``: one training step (host time included): minitorch captured (per hgemm variant), PyTorch eager,
-  ``torch.compile`` and captured in a CUDA graph (capturable AdamW), same weights and batch; ratios;
+- ``step_variants``: the captured step of a throwaway model of the recipe's, timed for each way of running it
+  (hgemm.py's rung 5, rung 6 or the fastest per shape; the weights' gradients on a side branch of the graph or
+  not): the training runs the fastest;
+- ``step``: one training step (host time included): minitorch captured (the training's graph) and from Python,
+  PyTorch eager, ``torch.compile`` and captured in a CUDA graph (capturable AdamW), same weights and batch; ratios;
 - ``kernel``: one captured minitorch step split by kernel (``torch.profiler``: calls, µs a step, share);
 - ``gemm``: the step's matrix-product shapes on each hgemm variant, µs a call;
 - ``attention_map``: a few heads of the best model on a short prompt;
@@ -377,12 +380,10 @@ def train_torch(cfg: dict, net, model, train_ids, val_data, vocab: int, device: 
 
 
 def step_row(cfg: dict, run: dict, net, model, vocab: int, x: np.ndarray, y: np.ndarray, device: str,
-             variants: dict, compiled_loss=None) -> dict:
-    """One step timed alone on one batch (host time included), minitorch captured (each hgemm variant that runs
-    here) and PyTorch eager / compiled / captured (``net`` None: PyTorch is not installed, no PyTorch rows). The
-    trained models keep training on it: times only."""
-    from minitorch import ops
-
+             compiled_loss=None) -> dict:
+    """One step timed alone on one batch (host time included), minitorch captured (the training's graph) and
+    from Python, PyTorch eager / compiled / captured (``net`` None: PyTorch is not installed, no PyTorch rows).
+    The trained models keep training on it: times only."""
     time_of = gpt.timer(device)
     run["xb"].copy_from(x)
     run["yb"].copy_from(y)
@@ -390,20 +391,6 @@ def step_row(cfg: dict, run: dict, net, model, vocab: int, x: np.ndarray, y: np.
            "launches": run["launches"]}
     row["minitorch_captured_seconds"] = time_of(run["captured"].replay)
     row["minitorch_eager_seconds"] = time_of(run["step"])
-    if device == "cuda":
-        from minitorch import graph
-
-        for variant, choice in variants.items():
-            previous = ops.set_hgemm_variant(choice)
-            try:
-                run["step"]()  # eagerly first: kernels compiled and buffers made outside the capture
-                captured = graph.capture(run["step"])
-                row[f"minitorch_captured_{variant}_seconds"] = time_of(captured.replay)
-                del captured
-            except Exception as exc:  # noqa: BLE001 (a variant the card lacks: say why)
-                row[f"minitorch_captured_{variant}_skipped"] = f"{type(exc).__name__}: {exc}"[:300]
-            finally:
-                ops.set_hgemm_variant(previous)
     if net is None:
         row["pytorch_skipped"] = "PyTorch is not installed here"
         print(f"one step: minitorch captured {row['minitorch_captured_seconds'] * 1e3:.2f} ms ({run['launches']} "
@@ -463,10 +450,53 @@ def step_row(cfg: dict, run: dict, net, model, vocab: int, x: np.ndarray, y: np.
     row["ratio_to_best_pytorch"] = ours / theirs[row["best_pytorch"]]
     print("one step: minitorch captured {:.2f} ms ({} launches), from Python {:.2f} ms; ".format(
         ours * 1e3, run["launches"], row["minitorch_eager_seconds"] * 1e3)
-        + ", ".join(f"{k[len('minitorch_captured_'):-len('_seconds')]} {v * 1e3:.2f} ms" for k, v in row.items()
-                    if k.startswith("minitorch_captured_") and k.endswith("_seconds") and k != "minitorch_captured_seconds")
-        + "; PyTorch " + ", ".join(f"{w} {s * 1e3:.2f} ms ({ours / s:.2f}x)" for w, s in theirs.items()), flush=True)
+        + "PyTorch " + ", ".join(f"{w} {s * 1e3:.2f} ms ({ours / s:.2f}x)" for w, s in theirs.items()), flush=True)
     return row
+
+
+def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str, policy) -> tuple[dict, str, tuple]:
+    """The captured step of a throwaway model (the recipe's, its own weights: the training's stay PyTorch's) timed
+    on one batch for each way of running its products: hgemm.py's variant (rung 5 "pipeline", rung 6 "wgmma", or
+    the fastest per shape, "autotuned"), with or without the weights' gradients on a side branch of the graph
+    (ops.set_concurrent_weight_grads). Returns the row, the fastest way's name and its (variant, branches)."""
+    import minitorch
+    from minitorch import graph, ops, optim
+
+    ways = {"best": (None, False)}
+    if device == "cuda":
+        ways = {f"{name}{'+branches' if branches else ''}": (choice, branches)  # without branches first
+                for branches in (False, True)
+                for name, choice in (("pipeline", "pipeline"), ("wgmma", "wgmma"), ("autotuned", policy))}
+    model = minitorch_model(cfg, vocab)
+    opt = optim.AdamW(model.optimizer_groups(cfg["weight_decay"]), lr=cfg["max_lr"], betas=cfg["betas"],
+                      schedule=schedule_of(cfg))
+    xb, yb = minitorch.tensor(x, dtype="int32"), minitorch.tensor(y, dtype="int32")
+    step = minitorch_step(model, opt, xb, yb, vocab, cfg["clip"])
+    time_of = gpt.timer(device)
+    row: dict = {"kind": "step_variants", "batch": cfg["batch_size"]}
+    for name, (choice, branches) in ways.items():
+        if branches and any(f"{k}_skipped" in row for k, (_, b) in ways.items() if b):
+            row[f"{name}_skipped"] = "another way with branches failed: not tried"
+            continue
+        previous, was = ops.set_hgemm_variant(choice), ops.set_concurrent_weight_grads(branches)
+        try:
+            step()  # eagerly first: kernels compiled and buffers made outside the capture
+            captured = graph.capture(step)
+            row[f"{name}_seconds"] = time_of(captured.replay)
+            row[f"{name}_launches"] = captured.launches
+            del captured
+        except Exception as exc:  # noqa: BLE001 (a variant this card cannot run: say why, time the others)
+            row[f"{name}_skipped"] = f"{type(exc).__name__}: {exc}"[:300]
+        finally:
+            ops.set_hgemm_variant(previous)
+            ops.set_concurrent_weight_grads(was)
+    timed = {name: row[f"{name}_seconds"] for name in ways if f"{name}_seconds" in row}
+    best = min(timed, key=timed.get)
+    row["fastest"] = best
+    print("captured step by way of running it: " + ", ".join(f"{k} {v * 1e3:.2f} ms" for k, v in timed.items())
+          + "".join(f"; {k} skipped ({row[f'{k}_skipped']})" for k in ways if f"{k}_skipped" in row)
+          + f"; training with {best}", flush=True)
+    return row, best, ways[best]
 
 
 def kernel_rows(run: dict, device: str) -> list[dict]:
@@ -605,8 +635,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, help="train this many steps (default: the recipe's 2,000 of 5,000)")
     parser.add_argument("--save", type=Path, help="write the best checkpoint here (a .json record; the .npz beside it)")
     parser.add_argument("--out", type=Path, help="write the JSON here instead of benchmarks/results/")
-    parser.add_argument("--hgemm-variant", help="hgemm.py's variant for every product: a name, or 'autotuned' (the "
-                        "default on a GPU: the fastest variant of each of the step's shapes, measured first)")
+    parser.add_argument("--hgemm-variant", help="train with this hgemm.py variant for every product (default: the "
+                        "fastest way of the step_variants row, measured first)")
     parser.add_argument("--no-torch-training", action="store_true", help="skip PyTorch's curve (a quicker probe)")
     args = parser.parse_args(argv)
     if args.save is not None and args.save.suffix != ".json":
@@ -650,10 +680,15 @@ def main(argv: list[str] | None = None) -> int:
     gemms = gemm_rows(cfg, device)
     rows += gemms
     policy, table = autotuned(gemms)
-    variant = args.hgemm_variant or ("autotuned" if device == "cuda" else "best")
-    ops.set_hgemm_variant(policy if variant == "autotuned" else None if variant == "best" else variant)
-    if variant == "autotuned":
+    if table:
         print(f"hgemm variants, the fastest per shape: {table}", flush=True)
+    x, y = text.RandomWindows(train_ids, cfg["model"]["block_size"], cfg["batch_size"], seed=SEED + 2).sample()
+    variants, way, (choice, branches) = variant_row(cfg, vocab, x, y, device, policy)
+    rows.append(variants)
+    if args.hgemm_variant:  # a variant named on the command line, without branches
+        way, choice, branches = args.hgemm_variant, args.hgemm_variant, False
+    ops.set_hgemm_variant(choice)
+    ops.set_concurrent_weight_grads(branches)
 
     model = minitorch_model(cfg, vocab)
     net = None
@@ -675,9 +710,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"best: val {best['val_loss']:.4f} (bf16 autocast) at step {best['step']}; in float64 ({how}): "
           f"{grader_val:.4f}", flush=True)
 
-    x, y = text.RandomWindows(train_ids, cfg["model"]["block_size"], cfg["batch_size"], seed=SEED + 2).sample()
-    variants = {"pipeline": "pipeline", "wgmma": "wgmma", "autotuned": policy} if device == "cuda" else {}
-    rows.append(step_row(cfg, run, net, model, vocab, x, y, tdev, variants, torch_run.get("loss_fn")))
+    rows.append(step_row(cfg, run, net, model, vocab, x, y, tdev, torch_run.get("loss_fn")))
     rows += kernel_rows(run, device)
 
     model.load_state_dict(best["state"])  # the best model's attention
@@ -713,7 +746,7 @@ def main(argv: list[str] | None = None) -> int:
         save_checkpoint(args.save, cfg, model, tokenizer, best, grader_val, device, run["train_seconds"], configuration)
     config = {k: v for k, v in cfg.items()}
     config.update(vocab_size=vocab, seed=SEED, torch=torch.__version__ if torch else None, attention="flash", autocast="bfloat16",
-                  hgemm_variant=variant, hgemm_table=table, schedule=dataclasses.asdict(schedule_of(cfg)),
+                  way=way, hgemm_table=table, schedule=dataclasses.asdict(schedule_of(cfg)),
                   decay="Linear matrices only", stopped=f"at {cfg['steps']} of {cfg['total']} steps")
     if args.smoke or args.out:
         path = args.out or Path(tempfile.mkdtemp(prefix="phase8b-nanogpt-smoke-")) / "phase8b_nanogpt-smoke.json"

@@ -29,13 +29,21 @@ class MatMul(Function):
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         a, b = ctx.saved_tensors
         # Transposed operands are read in place where the learner's Phase 5 GEMM serves (ops.matmul).
+        # dB (a weight's gradient: few output tiles, K = the rows) may run on a side branch of a captured graph,
+        # concurrently with what follows (ops.set_concurrent_weight_grads)
         if ctx.compute is None:
             compute = DTYPE if grad.dtype == DTYPE else None  # recorded in float32: stays float32
-            return (ops.matmul(grad, b, transpose_b=True, compute_dtype=compute) if ctx.needs_input_grad[0] else None,
-                    ops.matmul(a, grad, transpose_a=True, compute_dtype=compute) if ctx.needs_input_grad[1] else None)
+            grad_a = ops.matmul(grad, b, transpose_b=True, compute_dtype=compute) if ctx.needs_input_grad[0] else None
+            if not ctx.needs_input_grad[1]:
+                return grad_a, None
+            with ops.weight_grad_branch(grad.device):
+                return grad_a, ops.matmul(a, grad, transpose_a=True, compute_dtype=compute)
         g16 = ops.convert(grad, ctx.compute)
-        return (ops.matmul(g16, b, transpose_b=True, out_dtype=DTYPE) if ctx.needs_input_grad[0] else None,
-                ops.matmul(a, g16, transpose_a=True, out_dtype=DTYPE) if ctx.needs_input_grad[1] else None)
+        grad_a = ops.matmul(g16, b, transpose_b=True, out_dtype=DTYPE) if ctx.needs_input_grad[0] else None
+        if not ctx.needs_input_grad[1]:
+            return grad_a, None
+        with ops.weight_grad_branch(grad.device):
+            return grad_a, ops.matmul(a, g16, transpose_a=True, out_dtype=DTYPE)
 
 
 class Transpose(Function):
