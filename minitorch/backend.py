@@ -183,6 +183,8 @@ class CudaBackend(Backend):
         return isinstance(x, self.cupy.ndarray)
 
     def copy_into(self, dst: Any, src: Any) -> None:
+        if self._pending:
+            self.wait_for((dst, src))
         self.cupy.copyto(dst, src)
 
     def describe(self) -> str:
@@ -210,12 +212,13 @@ class CudaBackend(Backend):
 
     def end_capture(self) -> Any:
         stream = self._capture_stream
+        self._capture_stream = None
         try:
-            self._join_branches(stream)  # a capture ends with every branch joined to its stream
-        finally:
-            self._capture_stream = None
-        try:
-            graph = stream.end_capture()
+            try:
+                self._join_branches(stream)  # a capture ends with every branch joined to its stream
+            finally:
+                self._pending, self._branch_ranges = [], None
+                graph = stream.end_capture()  # even when a join failed: the stream must leave capture mode
         finally:
             stream.__exit__(None, None, None)
         return _CapturedGraph(graph, stream)
