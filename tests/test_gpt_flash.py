@@ -261,3 +261,76 @@ def test_16bit_heads_split_and_merge_moving_bits(solutions, fmt, n_head, parts, 
         merged = ops.merge_heads(*heads)
         assert merged.dtype == x16.dtype
         np.testing.assert_array_equal(merged.numpy(), x16.numpy(), err_msg=device)
+
+
+class _FakeCuda:
+    """Just enough of CuPy for CudaBackend's branch bookkeeping: streams that log waits, events, arrays with a
+    device address (no GPU needed)."""
+
+    def __init__(self) -> None:
+        fake = self
+
+        class Array:
+            def __init__(self, ptr: int, nbytes: int) -> None:
+                self.data = type("Memory", (), {"ptr": ptr})()
+                self.nbytes = nbytes
+
+        class Event:
+            def __init__(self, **_: object) -> None:
+                self.on = None
+
+            def record(self, stream) -> None:
+                self.on = stream
+
+        class Stream:
+            def __init__(self, **_: object) -> None:
+                self.waited: list = []
+
+            def wait_event(self, event) -> None:
+                self.waited.append(event)
+
+            def __enter__(self):
+                fake.stack.append(self)
+                return self
+
+            def __exit__(self, *exc) -> None:
+                fake.stack.pop()
+
+        self.Array, self.stack = Array, []
+        self.cuda = type("cuda", (), {"Stream": Stream, "Event": Event,
+                                      "get_current_stream": staticmethod(lambda: fake.stack[-1])})
+
+
+def test_graph_branches_wait_only_where_a_launch_reads_what_a_branch_wrote():
+    """CudaBackend.branch / wait_for, on a fake CuPy: a launch on the main stream waits for the branch whose
+    allocation it reads (an overlap, not only the same start), for no other; a branch inside a branch, or outside
+    a capture, runs in order; the end of a capture joins the branches never read."""
+    from minitorch.backend import CudaBackend
+
+    fake = _FakeCuda()
+    be = object.__new__(CudaBackend)
+    be.cupy, be.array_type = fake, fake.Array
+    be._capture_stream, be._side, be._pending, be._branch_ranges = None, None, [], None
+    with be.branch():                                   # not capturing: in order, nothing pending
+        assert not be.in_branch
+    assert not be.pending_branches
+    main = fake.cuda.Stream()
+    fake.stack.append(main)
+    be._capture_stream = main
+    with be.branch():
+        assert be.in_branch and fake.stack[-1] is be._side
+        be._branch_ranges.append((1000, 1400))          # what CudaBackend.empty records in a branch
+        with be.branch():                               # nested: the same branch
+            be._branch_ranges.append((5000, 5100))
+    with be.branch():
+        be._branch_ranges.append((2000, 2100))
+    assert fake.stack[-1] is main and be.pending_branches and len(be._pending) == 2
+    first, second = (event for event, _ in be._pending)
+    be.wait_for([fake.Array(3000, 64), 7])              # unrelated memory, a scalar: no wait
+    assert main.waited == []
+    be.wait_for([fake.Array(1200, 16)])                 # inside the first branch's block: wait for it only
+    assert main.waited == [first] and [e for e, _ in be._pending] == [second]
+    be.wait_for([fake.Array(5050, 4)])                  # the nested block belongs to the first branch: done
+    assert main.waited == [first]
+    be._join_branches(main)
+    assert main.waited == [first, second] and not be.pending_branches
