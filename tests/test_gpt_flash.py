@@ -115,6 +115,10 @@ def test_a_flash_gpt_with_dropout_draws_new_masks_each_step_and_none_in_eval(sol
     a.eval()
     np.testing.assert_array_equal(a(x).numpy(), a(x).numpy())
     assert attn._dropout_calls == 2                               # eval draws nothing
+    prompt = np.asarray(x.numpy())[:, :4]
+    cached, plain = (a.generate(prompt, 3, temperature=0, use_cache=c).numpy() for c in (True, False))
+    assert cached.shape == (BATCH, 7) and np.array_equal(cached[:, :4], prompt)
+    np.testing.assert_array_equal(cached, plain)  # the KV cache (materialised, fp32) and flash agree on argmax
 
 
 def test_flash_config_round_trips_and_old_configs_stay(solutions, tmp_path):
