@@ -60,7 +60,7 @@ from pathlib import Path
 
 import numpy as np
 import phase7_gpt as gpt
-from common import ROOT, emulator_name, gpu_name, software, solution_sources, write_results
+from common import ROOT, emulator_name, gpu_name, software, solution_sources, time_gpu, write_results
 
 LABS = gpt.LABS + ("phase8a_tensor_cores", "phase8b_flash")
 SEED = 0
@@ -454,6 +454,43 @@ def step_row(cfg: dict, run: dict, net, model, vocab: int, x: np.ndarray, y: np.
     return row
 
 
+def branch_check(model, xb, yb, vocab: int, choice) -> float:
+    """The largest relative difference, over the parameters, between the gradients of one batch computed by a
+    captured forward and backward with the weights' gradients on a side branch of the graph and without
+    (eval mode: no dropout, one answer; a GPU's atomics leave ~1e-3). A branch read before it finished would
+    give stale or unwritten values: far more."""
+    from minitorch import amp, graph, ops
+    from minitorch import functional as F  # noqa: N812
+
+    b, t = xb.shape
+
+    def grads():
+        with amp.autocast("bfloat16"):
+            loss = F.cross_entropy(model(xb).reshape(b * t, vocab), yb.reshape(b * t))
+        for p in model.parameters():
+            p.grad = None
+        loss.backward()
+        return loss
+
+    model.eval()
+    results = {}
+    try:
+        for branches in (False, True):
+            previous, was = ops.set_hgemm_variant(choice), ops.set_concurrent_weight_grads(branches)
+            try:
+                grads()  # eagerly first: kernels compiled and buffers made outside the capture
+                captured = graph.capture(grads)
+                captured.replay()
+                results[branches] = {n: p.grad.numpy() for n, p in model.named_parameters()}
+                del captured
+            finally:
+                ops.set_hgemm_variant(previous)
+                ops.set_concurrent_weight_grads(was)
+    finally:
+        model.train()
+    return max(relative(results[True][n], results[False][n].astype(np.float64)) for n in results[False])
+
+
 def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str, policy) -> tuple[dict, str, tuple]:
     """The captured step of a throwaway model (the recipe's, its own weights: the training's stay PyTorch's) timed
     on one batch for each way of running its products: hgemm.py's variant (rung 5 "pipeline", rung 6 "wgmma", or
@@ -474,7 +511,18 @@ def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str
     step = minitorch_step(model, opt, xb, yb, vocab, cfg["clip"])
     time_of = gpt.timer(device)
     row: dict = {"kind": "step_variants", "batch": cfg["batch_size"]}
+    if any(branches for _, branches in ways.values()):
+        try:
+            row["branch_check_worst"] = worst = branch_check(model, xb, yb, vocab, policy)
+            print(f"gradients with and without branches: largest relative difference {worst:.2e}", flush=True)
+            if not worst <= 1e-2:
+                row["branches_refused"] = f"the gradients differ by {worst:.2e} (> 1e-2) with branches"
+        except Exception as exc:  # noqa: BLE001
+            row["branches_refused"] = f"{type(exc).__name__}: {exc}"[:300]
     for name, (choice, branches) in ways.items():
+        if branches and "branches_refused" in row:
+            row[f"{name}_skipped"] = row["branches_refused"]
+            continue
         if branches and any(f"{k}_skipped" in row for k, (_, b) in ways.items() if b):
             row[f"{name}_skipped"] = "another way with branches failed: not tried"
             continue
@@ -523,7 +571,6 @@ def gemm_rows(cfg: dict, device: str) -> list[dict]:
     hg = kernels.load_module("hgemm.py")
     m = cfg["batch_size"] * cfg["model"]["block_size"]
     c = cfg["model"]["d_model"]
-    time_of = gpt.timer(device)
     rows = []
     for name, (k_in, n_out) in {"c_attn": (c, 3 * c), "c_proj": (c, c), "fc": (c, 4 * c), "proj": (4 * c, c)}.items():
         def bf16(*shape):
@@ -538,8 +585,9 @@ def gemm_rows(cfg: dict, device: str) -> list[dict]:
                    "K": a.shape[0] if ta else a.shape[1], "transpose_a": ta, "transpose_b": tb}
             for variant in ("pipeline", "wgmma"):
                 try:
-                    row[f"{variant}_us"] = time_of(lambda a=a, b=b, out=out, ta=ta, tb=tb, v=variant: hg.hgemm(
-                        a, b, out, "bfloat16", variant=v, transpose_a=ta, transpose_b=tb), False) * 1e6
+                    row[f"{variant}_us"] = time_gpu(lambda a=a, b=b, out=out, ta=ta, tb=tb, v=variant: hg.hgemm(
+                        a, b, out, "bfloat16", variant=v, transpose_a=ta, transpose_b=tb), max_seconds=0.15,
+                        flush=False) * 1e6
                 except Exception as exc:  # noqa: BLE001
                     row[f"{variant}_skipped"] = f"{type(exc).__name__}: {exc}"[:200]
             flops = 2 * row["M"] * row["N"] * row["K"]
