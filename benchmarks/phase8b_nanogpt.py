@@ -60,7 +60,7 @@ from pathlib import Path
 
 import numpy as np
 import phase7_gpt as gpt
-from common import ROOT, emulator_name, gpu_name, software, solution_sources, time_gpu, write_results
+from common import RESULTS, ROOT, emulator_name, gpu_name, slug, software, solution_sources, time_gpu
 
 LABS = gpt.LABS + ("phase8a_tensor_cores", "phase8b_flash")
 SEED = 0
@@ -739,6 +739,24 @@ def main(argv: list[str] | None = None) -> int:
     probe_x, probe_y = text.RandomWindows(train_ids, cfg["model"]["block_size"], min(cfg["batch_size"], 8),
                                           seed=SEED + 1).sample()
     rows: list[dict] = []
+    configuration = "smoke" if args.smoke else "full"
+    path = args.out or (Path(tempfile.mkdtemp(prefix="phase8b-nanogpt-smoke-")) / "phase8b_nanogpt-smoke.json"
+                        if args.smoke else RESULTS / f"phase8b_nanogpt-{slug(name)}.json")
+    chosen: dict = {"way": None, "hgemm_table": {}}
+
+    def emit(complete: bool = False) -> None:
+        """The JSON as it stands (rewritten after each part of the run: a run cut short keeps what it measured)."""
+        config = dict(cfg, vocab_size=vocab, seed=SEED, torch=torch.__version__ if torch else None, attention="flash",
+                      autocast="bfloat16", schedule=dataclasses.asdict(schedule_of(cfg)), decay="Linear matrices only",
+                      stopped=f"at {cfg['steps']} of {cfg['total']} steps", **chosen)
+        doc = {"benchmark": "phase8b_nanogpt", "device": name, "date": datetime.date.today().isoformat(),
+               "software": software(), "configuration": configuration, "complete": complete, "config": config,
+               "results": rows}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        if complete:
+            print(f"wrote {path}" + (" (not a result for the book)" if args.smoke else ""), flush=True)
+
     rows += guarded(rows, "check", lambda: [check_row(cfg, vocab, probe_x, probe_y)], [])
     gemms = guarded(rows, "gemm", lambda: gemm_rows(cfg, device), [])
     rows += gemms
@@ -752,6 +770,8 @@ def main(argv: list[str] | None = None) -> int:
         way, choice, branches = args.hgemm_variant, args.hgemm_variant, False
     ops.set_hgemm_variant(choice)
     ops.set_concurrent_weight_grads(branches)
+    chosen.update(way=way, hgemm_table=table)
+    emit()
 
     model = minitorch_model(cfg, vocab)
     net = None
@@ -760,11 +780,13 @@ def main(argv: list[str] | None = None) -> int:
         gpt.load_weights(net, model)  # the same initial weights
     curve, run = train_minitorch(cfg, model, tokenizer, train_ids, val_ids, vocab)
     rows += curve
+    emit()
     torch_seconds, torch_run = None, {}
     if net is not None and not args.no_torch_training:
         torch_run = train_torch(cfg, net, model, train_ids, evaluator(cfg, vocab, val_ids)[1], vocab, tdev)
         rows += torch_run["rows"]
         torch_seconds = torch_run["seconds"]
+        emit()
     best = run["best"]
     began = time.perf_counter()
     grader_val, how = guarded(rows, "float64", lambda: float64_val_loss(cfg, model, best["state"], val_ids, vocab,
@@ -773,14 +795,16 @@ def main(argv: list[str] | None = None) -> int:
                  "float64_by": how, "float64_seconds": time.perf_counter() - began})
     print(f"best: val {best['val_loss']:.4f} (bf16 autocast) at step {best['step']}; in float64 ({how}): "
           f"{grader_val:.4f}", flush=True)
-    configuration = "smoke" if args.smoke else "full"
+    emit()
     if args.save is not None:  # at once: the deliverable must not depend on the timings after it
         save_checkpoint(args.save, cfg, model, tokenizer, best, grader_val, device, run["train_seconds"], configuration)
 
     step = guarded(rows, "step", lambda: step_row(cfg, run, net, model, vocab, x, y, tdev, torch_run.get("loss_fn")),
                    {"kind": "step", "minitorch_captured_seconds": float("nan")})
     rows.append(step)
+    emit()
     rows += guarded(rows, "kernel", lambda: kernel_rows(run, device), [])
+    emit()
 
     def attention_map_rows() -> list[dict]:
         model.load_state_dict(best["state"])  # the best model's attention
@@ -811,19 +835,7 @@ def main(argv: list[str] | None = None) -> int:
           f"step {summary['step_ms']:.2f} ms" + (f" = {ratio:.2f}x PyTorch's best ({summary['best_pytorch']})"
                                                  if ratio else ""), flush=True)
 
-    config = {k: v for k, v in cfg.items()}
-    config.update(vocab_size=vocab, seed=SEED, torch=torch.__version__ if torch else None, attention="flash", autocast="bfloat16",
-                  way=way, hgemm_table=table, schedule=dataclasses.asdict(schedule_of(cfg)),
-                  decay="Linear matrices only", stopped=f"at {cfg['steps']} of {cfg['total']} steps")
-    if args.smoke or args.out:
-        path = args.out or Path(tempfile.mkdtemp(prefix="phase8b-nanogpt-smoke-")) / "phase8b_nanogpt-smoke.json"
-        doc = {"benchmark": "phase8b_nanogpt", "device": name, "date": datetime.date.today().isoformat(),
-               "software": software(), "configuration": configuration, "config": config, "results": rows}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-        print(f"wrote {path}" + (" (not a result for the book)" if args.smoke else ""))
-        return 0
-    write_results("phase8b_nanogpt", name, rows, configuration=configuration, config=config)
+    emit(complete=True)
     return 0
 
 
