@@ -338,3 +338,26 @@ def test_graph_branches_wait_only_where_a_launch_reads_what_a_branch_wrote():
     assert main.waited == [first]
     be._join_branches(main)
     assert main.waited == [first, second] and not be.pending_branches
+
+
+def test_a_rounded_attention_output_feeds_the_next_product_as_float32_would(solutions):
+    """Under autocast the flash attention's output may stay bfloat16 (keep_rounded): MatMul then takes it as it is.
+    The product and every gradient are the bits of the float32 output's path (rounded once either way)."""
+    from minitorch import amp, nn
+
+    rng = np.random.default_rng(12)
+    qkv_host = rng.standard_normal((BATCH, T, 3 * 128)).astype(np.float32)
+    g = rng.standard_normal((BATCH * T, 128)).astype(np.float32)
+    proj = nn.Linear(128, 128, device="emu", seed=3)
+    results = []
+    for keep in (False, True):
+        qkv = minitorch.tensor(qkv_host, device="emu", requires_grad=True)
+        proj.zero_grad()
+        with amp.autocast("bfloat16"):
+            y = functional.flash_self_attention(qkv, 2, keep_rounded=keep)
+            assert y.dtype == (minitorch.bfloat16 if keep else minitorch.float32)
+            out = proj(y.reshape(BATCH * T, 128))
+        out.backward(minitorch.tensor(g, device="emu"))
+        results.append((out.numpy(), qkv.grad.numpy(), proj.weight.grad.numpy(), proj.bias.grad.numpy()))
+    for plain, kept in zip(*results, strict=True):
+        np.testing.assert_array_equal(kept, plain)

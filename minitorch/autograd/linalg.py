@@ -13,11 +13,16 @@ class MatMul(Function):
     Inside ``minitorch.amp.autocast`` float32 operands are rounded to its 16-bit dtype once: the forward
     multiplies the rounded copies and saves them (half the memory of float32 ones), and the backward
     rounds dC and multiplies it with them, in that dtype whether or not autocast is still on (as
-    PyTorch's); every product comes out float32, so the gradients of float32 master weights are float32."""
+    PyTorch's); every product comes out float32, so the gradients of float32 master weights are float32. Under
+    autocast an ``a`` already in its 16-bit dtype is used as it is (no second rounding: the same bits)."""
 
     @staticmethod
     def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         ctx.compute = compute = ops.product_dtype(a.dtype)
+        if compute is None and a.dtype == ops.autocast_dtype() and b.dtype == DTYPE:
+            # a already in the autocast dtype (an output kept rounded, e.g. flash attention's): used as it is, the
+            # float32 b rounded; the gradient of a comes out float32, as every product's
+            ctx.compute = compute = a.dtype
         if compute is None:
             ctx.save_for_backward(a, b)
             return ops.matmul(a, b, compute_dtype=DTYPE if a.dtype == DTYPE else None)

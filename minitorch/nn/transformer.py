@@ -155,8 +155,10 @@ class MultiHeadAttention(Module):
         offset = 0
         if p:
             offset, self._dropout_calls = self._dropout_calls % 2**32, self._dropout_calls + 1
+        # under autocast the output stays rounded: c_proj's product takes it as it is (one conversion less)
         return self.c_proj(functional.flash_self_attention(qkv, self.n_head, p, seed=self.dropout_seed,
-                                                           offset=offset))
+                                                           offset=offset,
+                                                           keep_rounded=ops.autocast_dtype() is not None))
 
     def extra_repr(self) -> str:
         flash = f", attention='flash', dropout={self.dropout:g}" if self.attention == "flash" else ""
