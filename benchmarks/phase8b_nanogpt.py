@@ -66,12 +66,12 @@ LABS = gpt.LABS + ("phase8a_tensor_cores", "phase8b_flash")
 SEED = 0
 RECIPE = dict(model=dict(d_model=384, n_head=6, n_layer=6, block_size=256), dropout=0.2, tie_weights=True,
               batch_size=64, max_lr=1e-3, min_lr=1e-4, warmup=100, total=5000, steps=2000, betas=(0.9, 0.99),
-              weight_decay=0.1, clip=1.0, eval_every=250, eval_windows=gpt.EVAL_WINDOWS,
+              weight_decay=0.1, clip=1.0, eval_every=250, eval_windows=gpt.EVAL_WINDOWS, recapture_every=125,
               sample_at=(0, 500, 1000, 2000), sample_chars=500, temperature=1.0,
               map_layers=(0, 5), map_heads=(0, 1, 2), map_chars=48)
 # the emulator's check of the script: D = 64 (flash's smallest head dim) over 2 heads, one layer, a few steps
 SMOKE = dict(RECIPE, model=dict(d_model=128, n_head=2, n_layer=1, block_size=16), batch_size=2, warmup=2, total=12,
-             steps=4, eval_every=2, eval_windows=4, sample_at=(0, 4), sample_chars=12, map_layers=(0,),
+             steps=4, eval_every=2, eval_windows=4, recapture_every=2, sample_at=(0, 4), sample_chars=12, map_layers=(0,),
              map_heads=(0,), map_chars=10)
 PROMPT = "\n"
 MAP_TEXT = "ROMEO:\nBut, soft! what light through yonder window breaks?"
@@ -291,11 +291,12 @@ def train_minitorch(cfg: dict, model, tokenizer, train_ids, val_ids, vocab: int)
             aside += time.perf_counter() - began
         if i == cfg["steps"]:
             break
-        if i and i % cfg["eval_every"] == 0:
+        if i and i % cfg["recapture_every"] == 0:
             # FlashAttention's dropout takes its Philox seed and offset as launch arguments, which a graph keeps:
             # every replay of one capture drops the same attention probabilities (per batch slot and head; the
-            # windows in the slots change). A new capture takes the next offset: new masks every eval_every steps.
-            # (The residual dropout counts its steps on the device: new masks every replay.)
+            # windows in the slots change). A new capture takes the next offset: new masks every recapture_every
+            # steps (counted in the training time). The residual dropout counts its steps on the device: new
+            # masks every replay.
             del captured
             captured = graph.capture(step)
         x, y = windows.sample()
