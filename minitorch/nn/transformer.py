@@ -206,8 +206,13 @@ class _TiedProjection(Function):
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         x, weight = ctx.saved_tensors
         c = ctx.compute
-        return (ops.matmul(grad, weight, compute_dtype=c) if ctx.needs_input_grad[0] else None,
-                ops.matmul(grad, x, transpose_a=True, compute_dtype=c) if ctx.needs_input_grad[1] else None)
+        grad_x = ops.matmul(grad, weight, compute_dtype=c) if ctx.needs_input_grad[0] else None
+        if not ctx.needs_input_grad[1]:
+            return grad_x, None
+        # (V, C) with K = the rows: a few output tiles; on a side branch of a captured graph where that is on
+        # (ops.set_concurrent_weight_grads): the sum with the embedding's gradient waits for it
+        with ops.weight_grad_branch(grad.device):
+            return grad_x, ops.matmul(grad, x, transpose_a=True, compute_dtype=c)
 
 
 class TiedHead(Module):
