@@ -28,6 +28,11 @@ def solutions(workspace, monkeypatch):
     return write_solutions(workspace, NOTEBOOKS)
 
 
+@pytest.fixture(params=["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def device(request, solutions):
+    return request.param
+
+
 def ids(values, device):
     return minitorch.tensor(np.asarray(values), device=device, dtype="int32")
 
@@ -50,16 +55,16 @@ def gradients(model: nn.GPT, x: np.ndarray, g: np.ndarray, device: str) -> tuple
     return logits.numpy(), {name: p.grad.numpy() for name, p in model.named_parameters()}
 
 
-def test_flash_gpt_matches_float64_and_the_materialised_gpt(solutions):
+def test_flash_gpt_matches_float64_and_the_materialised_gpt(device):
     x = np.random.default_rng(0).integers(0, 13, (BATCH, T))
-    flash = nn.GPT(**CONFIG, device="emu", attention="flash")
-    plain = nn.GPT(**CONFIG, device="emu")
+    flash = nn.GPT(**CONFIG, device=device, attention="flash")
+    plain = nn.GPT(**CONFIG, device=device)
     ref = nn.GPT(**CONFIG, device="cpu", dtype="float64")
     for (name, p), (_, q) in zip(flash.named_parameters(), plain.named_parameters(), strict=True):
         np.testing.assert_array_equal(p.numpy(), q.numpy(), err_msg=name)  # one seed, the same weights
     g = np.random.default_rng(1).standard_normal((BATCH, T, 13))
-    got, got_grads = gradients(flash, x, g, "emu")
-    mat, mat_grads = gradients(plain, x, g, "emu")
+    got, got_grads = gradients(flash, x, g, device)
+    mat, mat_grads = gradients(plain, x, g, device)
     _, want_grads = gradients(ref, x, g, "cpu")
     want = float64_logits(flash, x)
     # q, k, v and the attention output rounded to bfloat16 (8 bits): measured 4.6e-4 (logits), 2.8e-3 (the
@@ -72,30 +77,30 @@ def test_flash_gpt_matches_float64_and_the_materialised_gpt(solutions):
         assert relative(mat_grads[name], w) < 1e-4, name
 
 
-def test_flash_attention_dropout_is_repeatable_and_its_backward_regenerates_the_mask(solutions):
+def test_flash_attention_dropout_is_repeatable_and_its_backward_regenerates_the_mask(device):
     """FlashSelfAttention with dropout on the emulator against the cpu path, whose mask comes from
     minitorch.philox and whose products are float64: y for two draws, and the gradient of qkv."""
     rng = np.random.default_rng(2)
     qkv = rng.standard_normal((BATCH, T, 3 * 128)).astype(np.float32)
     g = rng.standard_normal((BATCH, T, 128)).astype(np.float32)
     results = {}
-    for device in ("emu", "cpu"):
-        x = minitorch.tensor(qkv, device=device, requires_grad=True)
+    for where in (device, "cpu"):
+        x = minitorch.tensor(qkv, device=where, requires_grad=True)
         y = functional.flash_self_attention(x, 2, dropout_p=0.3, seed=77, offset=4)
-        y.backward(minitorch.tensor(g, device=device))
-        again = functional.flash_self_attention(minitorch.tensor(qkv, device=device), 2, dropout_p=0.3, seed=77,
+        y.backward(minitorch.tensor(g, device=where))
+        again = functional.flash_self_attention(minitorch.tensor(qkv, device=where), 2, dropout_p=0.3, seed=77,
                                                 offset=4).numpy()
-        other = functional.flash_self_attention(minitorch.tensor(qkv, device=device), 2, dropout_p=0.3, seed=77,
+        other = functional.flash_self_attention(minitorch.tensor(qkv, device=where), 2, dropout_p=0.3, seed=77,
                                                 offset=5).numpy()
-        plain = functional.flash_self_attention(minitorch.tensor(qkv, device=device), 2, dropout_p=0.3, seed=77,
+        plain = functional.flash_self_attention(minitorch.tensor(qkv, device=where), 2, dropout_p=0.3, seed=77,
                                                 training=False).numpy()
-        results[device] = y.numpy(), x.grad.numpy()
+        results[where] = y.numpy(), x.grad.numpy()
         np.testing.assert_array_equal(again, y.numpy())          # one seed and offset: one mask
         assert relative(other, y.numpy()) > 0.1                   # another offset: another mask
         assert relative(plain, y.numpy()) > 0.1                   # eval: no dropout
-    (y_emu, dx_emu), (y_cpu, dx_cpu) = results["emu"], results["cpu"]
-    assert relative(y_emu, y_cpu) < 1e-2
-    assert relative(dx_emu, dx_cpu) < 2e-2
+    (y_dev, dx_dev), (y_cpu, dx_cpu) = results[device], results["cpu"]
+    assert relative(y_dev, y_cpu) < 1e-2
+    assert relative(dx_dev, dx_cpu) < 2e-2
 
 
 def test_a_flash_gpt_with_dropout_draws_new_masks_each_step_and_none_in_eval(solutions):
@@ -110,6 +115,10 @@ def test_a_flash_gpt_with_dropout_draws_new_masks_each_step_and_none_in_eval(sol
     a.eval()
     np.testing.assert_array_equal(a(x).numpy(), a(x).numpy())
     assert attn._dropout_calls == 2                               # eval draws nothing
+    prompt = np.asarray(x.numpy())[:, :4]
+    cached, plain = (a.generate(prompt, 3, temperature=0, use_cache=c).numpy() for c in (True, False))
+    assert cached.shape == (BATCH, 7) and np.array_equal(cached[:, :4], prompt)
+    np.testing.assert_array_equal(cached, plain)  # the KV cache (materialised, fp32) and flash agree on argmax
 
 
 def test_flash_config_round_trips_and_old_configs_stay(solutions, tmp_path):
@@ -167,3 +176,188 @@ def test_set_hgemm_variant_chooses_the_launchers_variant_by_shape(solutions):
     np.testing.assert_allclose(chosen, default, rtol=1e-6, atol=1e-6)  # fp32 sums of the same bf16 products
     with pytest.raises(TypeError, match="a variant name of hgemm.py"):
         ops.set_hgemm_variant(3)
+
+
+def test_a_tied_heads_backward_runs_in_the_autocast_dtype(solutions):
+    """The tied head's products (logits = x · wteᵀ) run on the tensor cores in the backward too, as MatMul's: the
+    backward comes after the autocast region, so the Function records the dtype at its forward. No float32 GEMM
+    is left in a bf16 step; the gradients stay those of the float32 model within bf16's rounding."""
+    from minitorch import amp, kernels
+
+    config = {**CONFIG, "attention": "flash"}
+    x = np.random.default_rng(8).integers(0, 13, (BATCH, T))
+    g = np.random.default_rng(9).standard_normal((BATCH, T, 13)).astype(np.float32)
+    model, ref = nn.GPT(**config, device="emu"), nn.GPT(**config, device="cpu", dtype="float64")
+    with amp.autocast("bfloat16"):
+        logits = model(ids(x, "emu"))
+    kernels.reset_launch_counts()
+    logits.backward(minitorch.tensor(g, device="emu"))
+    files = {file for (file, _), n in kernels.launch_counts().items() if n}
+    assert "hgemm.cu" in files and "gemm.cu" not in files, files
+    _, want = gradients(ref, x, g, "cpu")
+    assert relative(model.wte.weight.grad.numpy(), want["wte.weight"]) < 2e-2
+
+
+@pytest.mark.parametrize("where, concurrent", [("emu", False), pytest.param("cuda", False, marks=pytest.mark.gpu),
+                                                pytest.param("cuda", True, marks=pytest.mark.gpu)])
+def test_a_captured_flash_gpt_step_under_autocast_equals_eager_steps(solutions, where, concurrent):
+    """The capstone's step (flash attention, bf16 autocast, clipping, AdamW) captured into a graph and replayed
+    gives the losses of the same step run eagerly on the same batches (dropout off: one trajectory); on cuda also
+    with the weights' gradients on a side branch of the graph (ops.set_concurrent_weight_grads), whose readers
+    must wait for them. (A GPU sums some gradients with atomics in a varying order: a looser tolerance there.)"""
+    from minitorch import amp, graph, ops, optim
+
+    previous = ops.set_concurrent_weight_grads(concurrent)
+    try:
+        _captured_equals_eager(where, amp, graph, optim)
+    finally:
+        ops.set_concurrent_weight_grads(previous)
+
+
+def _captured_equals_eager(where, amp, graph, optim):
+    L = CONFIG["block_size"]  # noqa: N806 (a captured step's context: its position ids exist before the capture)
+
+    models = [nn.GPT(**{**CONFIG, "n_layer": 1}, device=where, attention="flash") for _ in range(2)]
+    opts = [optim.AdamW(m.optimizer_groups(0.1), lr=1e-2, betas=(0.9, 0.99)) for m in models]
+    xs = [minitorch.zeros((BATCH, L), device=where, dtype="int32") for _ in range(2)]
+    ys = [minitorch.zeros((BATCH, L), device=where, dtype="int32") for _ in range(2)]
+
+    def step(i: int) -> minitorch.Tensor:
+        with amp.autocast("bfloat16"):
+            loss = functional.cross_entropy(models[i](xs[i]).reshape(BATCH * L, 13), ys[i].reshape(BATCH * L))
+        opts[i].zero_grad()
+        loss.backward()
+        optim.clip_grad_norm_(models[i].parameters(), 1.0)
+        opts[i].step()
+        return loss
+
+    captured = graph.capture(lambda: step(1), device=where)
+    rel = 1e-6 if where == "emu" else 1e-4
+    rng = np.random.default_rng(10)
+    losses = []
+    for _ in range(2):
+        x, y = (rng.integers(0, 13, (BATCH, L)).astype(np.int32) for _ in range(2))
+        for i in range(2):
+            xs[i].copy_from(x)
+            ys[i].copy_from(y)
+        eager = step(0).item()
+        captured.replay()
+        losses.append(eager)
+        assert captured.output.item() == pytest.approx(eager, rel=rel)
+    assert losses[1] < losses[0] or not np.isclose(losses[1], losses[0])  # the weights moved
+
+
+@pytest.mark.parametrize("fmt, n_head, parts, width", [("bfloat16", 2, 3, 3 * 2 * 6), ("float16", 3, 1, 3 * 5)])
+def test_16bit_heads_split_and_merge_moving_bits(solutions, fmt, n_head, parts, width):
+    """split_heads / merge_heads of 16-bit tensors: the float32 result's bits rounded, exactly; D = 6 moves words of
+    two values through the learner's float32 kernels, D = 5 (odd) goes through float32."""
+    from minitorch import ops
+
+    x = np.random.default_rng(11).standard_normal((2, 7, width)).astype(np.float32)
+    for device in ("emu", "cpu"):
+        x16 = ops.convert(minitorch.tensor(x, device=device), fmt)
+        heads = ops.split_heads(x16, n_head, parts)
+        want = ops.split_heads(ops.convert(x16, "float32"), n_head, parts)
+        assert len(heads) == parts
+        for got, ref in zip(heads, want, strict=True):
+            assert got.dtype == x16.dtype and got.shape == ref.shape == (2, n_head, 7, width // (parts * n_head))
+            np.testing.assert_array_equal(got.numpy(), ref.numpy(), err_msg=device)
+        merged = ops.merge_heads(*heads)
+        assert merged.dtype == x16.dtype
+        np.testing.assert_array_equal(merged.numpy(), x16.numpy(), err_msg=device)
+
+
+class _FakeCuda:
+    """Just enough of CuPy for CudaBackend's branch bookkeeping: streams that log waits, events, arrays with a
+    device address (no GPU needed)."""
+
+    def __init__(self) -> None:
+        fake = self
+
+        class Array:
+            def __init__(self, ptr: int, nbytes: int) -> None:
+                self.data = type("Memory", (), {"ptr": ptr})()
+                self.nbytes = nbytes
+
+        class Event:
+            def __init__(self, **_: object) -> None:
+                self.on = None
+
+            def record(self, stream) -> None:
+                self.on = stream
+
+        class Stream:
+            def __init__(self, **_: object) -> None:
+                self.waited: list = []
+
+            def wait_event(self, event) -> None:
+                self.waited.append(event)
+
+            def __enter__(self):
+                fake.stack.append(self)
+                return self
+
+            def __exit__(self, *exc) -> None:
+                fake.stack.pop()
+
+        self.Array, self.stack = Array, []
+        self.cuda = type("cuda", (), {"Stream": Stream, "Event": Event,
+                                      "get_current_stream": staticmethod(lambda: fake.stack[-1])})
+
+
+def test_graph_branches_wait_only_where_a_launch_reads_what_a_branch_wrote():
+    """CudaBackend.branch / wait_for, on a fake CuPy: a launch on the main stream waits for the branch whose
+    allocation it reads (an overlap, not only the same start), for no other; a branch inside a branch, or outside
+    a capture, runs in order; the end of a capture joins the branches never read."""
+    from minitorch.backend import CudaBackend
+
+    fake = _FakeCuda()
+    be = object.__new__(CudaBackend)
+    be.cupy, be.array_type = fake, fake.Array
+    be._capture_stream, be._side, be._pending, be._branch_ranges = None, None, [], None
+    with be.branch():                                   # not capturing: in order, nothing pending
+        assert not be.in_branch
+    assert not be.pending_branches
+    main = fake.cuda.Stream()
+    fake.stack.append(main)
+    be._capture_stream = main
+    with be.branch():
+        assert be.in_branch and fake.stack[-1] is be._side
+        be._branch_ranges.append((1000, 1400))          # what CudaBackend.empty records in a branch
+        with be.branch():                               # nested: the same branch
+            be._branch_ranges.append((5000, 5100))
+    with be.branch():
+        be._branch_ranges.append((2000, 2100))
+    assert fake.stack[-1] is main and be.pending_branches and len(be._pending) == 2
+    first, second = (event for event, _ in be._pending)
+    be.wait_for([fake.Array(3000, 64), 7])              # unrelated memory, a scalar: no wait
+    assert main.waited == []
+    be.wait_for([fake.Array(1200, 16)])                 # inside the first branch's block: wait for it only
+    assert main.waited == [first] and [e for e, _ in be._pending] == [second]
+    be.wait_for([fake.Array(5050, 4)])                  # the nested block belongs to the first branch: done
+    assert main.waited == [first]
+    be._join_branches(main)
+    assert main.waited == [first, second] and not be.pending_branches
+
+
+def test_a_rounded_attention_output_feeds_the_next_product_as_float32_would(solutions):
+    """Under autocast the flash attention's output may stay bfloat16 (keep_rounded): MatMul then takes it as it is.
+    The product and every gradient are the bits of the float32 output's path (rounded once either way)."""
+    from minitorch import amp, nn
+
+    rng = np.random.default_rng(12)
+    qkv_host = rng.standard_normal((BATCH, T, 3 * 128)).astype(np.float32)
+    g = rng.standard_normal((BATCH * T, 128)).astype(np.float32)
+    proj = nn.Linear(128, 128, device="emu", seed=3)
+    results = []
+    for keep in (False, True):
+        qkv = minitorch.tensor(qkv_host, device="emu", requires_grad=True)
+        proj.zero_grad()
+        with amp.autocast("bfloat16"):
+            y = functional.flash_self_attention(qkv, 2, keep_rounded=keep)
+            assert y.dtype == (minitorch.bfloat16 if keep else minitorch.float32)
+            out = proj(y.reshape(BATCH * T, 128))
+        out.backward(minitorch.tensor(g, device="emu"))
+        results.append((out.numpy(), qkv.grad.numpy(), proj.weight.grad.numpy(), proj.bias.grad.numpy()))
+    for plain, kept in zip(*results, strict=True):
+        np.testing.assert_array_equal(kept, plain)

@@ -155,8 +155,10 @@ class MultiHeadAttention(Module):
         offset = 0
         if p:
             offset, self._dropout_calls = self._dropout_calls % 2**32, self._dropout_calls + 1
+        # under autocast the output stays rounded: c_proj's product takes it as it is (one conversion less)
         return self.c_proj(functional.flash_self_attention(qkv, self.n_head, p, seed=self.dropout_seed,
-                                                           offset=offset))
+                                                           offset=offset,
+                                                           keep_rounded=ops.autocast_dtype() is not None))
 
     def extra_repr(self) -> str:
         flash = f", attention='flash', dropout={self.dropout:g}" if self.attention == "flash" else ""
@@ -190,18 +192,27 @@ class TransformerBlock(Module):
 
 class _TiedProjection(Function):
     """y = x @ Wᵀ for x (N, C) and a (V, C) table W: the tied head's logits, the table read transposed in
-    place. dx = dy @ W; dW = dyᵀ @ x, which backprop adds to the embedding's own gradient of W."""
+    place. dx = dy @ W; dW = dyᵀ @ x, which backprop adds to the embedding's own gradient of W. Under
+    autocast the backward's products run in the forward's 16-bit dtype too (recorded at the forward, as
+    MatMul does: the backward runs after the autocast region has closed)."""
 
     @staticmethod
     def forward(ctx: Context, x: Tensor, weight: Tensor) -> Tensor:
         ctx.save_for_backward(x, weight)
+        ctx.compute = ops.product_dtype(x.dtype)  # None outside autocast: float32 products, as before
         return ops.matmul(x, weight, transpose_b=True)
 
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         x, weight = ctx.saved_tensors
-        return (ops.matmul(grad, weight) if ctx.needs_input_grad[0] else None,
-                ops.matmul(grad, x, transpose_a=True) if ctx.needs_input_grad[1] else None)
+        c = ctx.compute
+        grad_x = ops.matmul(grad, weight, compute_dtype=c) if ctx.needs_input_grad[0] else None
+        if not ctx.needs_input_grad[1]:
+            return grad_x, None
+        # (V, C) with K = the rows: a few output tiles; on a side branch of a captured graph where that is on
+        # (ops.set_concurrent_weight_grads): the sum with the embedding's gradient waits for it
+        with ops.weight_grad_branch(grad.device):
+            return grad_x, ops.matmul(grad, x, transpose_a=True, compute_dtype=c)
 
 
 class TiedHead(Module):

@@ -51,6 +51,10 @@ def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: boo
     if callable(choice):
         k = a.shape[0] if transpose_a else a.shape[1]
         choice = choice(out.shape[0], out.shape[1], k, transpose_a, transpose_b)
+    if choice == "wgmma" and backend.get_backend(device).in_branch:
+        # rung 6 writes its tensor maps into one buffer per device before each product: a product on a side
+        # branch of a graph, concurrent with one on the main stream, would race for it; rung 5 keeps none
+        choice = "pipeline"
     variant = {"variant": choice} if choice is not None else {}
     launch(device, HGEMM_FILE, "hgemm", a, b, out, outputs=(2,), dtype=compute.name, transpose_a=transpose_a,
            transpose_b=transpose_b, **variant)
