@@ -10,6 +10,8 @@ to run.
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 from figures import (
     BLUE,
@@ -230,11 +232,12 @@ def _capstone_curves(ref: Results) -> None:
         rows = sorted((r for r in _kind(ref, "curve") if r.get("framework") == framework), key=lambda r: r["step"])
         if not rows:
             continue
+        rows = [r for r in rows if _finite(r.get("val_loss"))]
         ax.plot([r["step"] for r in rows], [r["val_loss"] for r in rows], marker="o", ms=3, **style)
-        trained = [r for r in rows if r["step"] and r.get("train_loss") is not None]
+        trained = [r for r in rows if r["step"] and _finite(r.get("train_loss"))]
         ax.plot([r["step"] for r in trained], [r["train_loss"] for r in trained], ls="--", lw=1,
                 color=style["color"], label=f"{style['label'].split(' (')[0]}, training batches")
-    if summary.get("val_bar"):
+    if _finite(summary.get("val_bar")):
         ax.axhline(summary["val_bar"], color=VERMILLION, lw=0.8, ls=":", label=f"the bar, {summary['val_bar']}")
     ax.set(xlabel="step", ylabel="cross-entropy (nats)", ylim=(0.9, 2.8))
     ax.set_title(f"nanoGPT Shakespeare-char, same batches and initial weights; {_short(ref)}", fontsize=9)
@@ -243,25 +246,31 @@ def _capstone_curves(ref: Results) -> None:
     glue_figure("fig-phase8b-capstone-curves", fig)
 
     parts = []
-    if summary:
+    if _finite(summary.get("best_val_loss")):
+        f64 = summary.get("best_val_loss_float64")
         parts.append(f"Trained by minitorch on the lab's kernels, the model's best validation loss is "
-                     f"{summary['best_val_loss']:.3f} at step {summary['best_step']:,} (the grader's float64 "
-                     f"forward pass of that checkpoint: {summary['best_val_loss_float64']:.3f}; the bar "
-                     f"{summary['val_bar']:.2f})")
-        if summary.get("pytorch_best_val_loss") is not None:
+                     f"{summary['best_val_loss']:.3f} at step {summary['best_step']:,}"
+                     + (f" (the grader's float64 forward pass of that checkpoint: {f64:.3f}; the bar "
+                        f"{summary['val_bar']:.2f})" if _finite(f64) else ""))
+        if _finite(summary.get("pytorch_best_val_loss")):
             parts.append(f"PyTorch's, on the same batches from the same weights, {summary['pytorch_best_val_loss']:.3f} "
                          f"at step {summary['pytorch_best_step']:,}")
-    step = next(iter(_kind(ref, "step")), None)
-    if step:
+    step = next(iter(_kind(ref, "step")), {})
+    if _finite(step.get("minitorch_captured_seconds")) and "batch" in step:
         ours = step["minitorch_captured_seconds"] * 1e3
         ways = [(w, step[f"pytorch_{w}_seconds"] * 1e3) for w in ("eager", "compiled", "captured")
-                if step.get(f"pytorch_{w}_seconds")]
+                if _finite(step.get(f"pytorch_{w}_seconds"))]
         parts.append(f"one training step (batch {step['batch']}, context {step['context']}, host time included) "
-                     f"takes {ours:.1f} ms captured ({step['launches']} launches)"
+                     f"takes {ours:.1f} ms captured ({step.get('launches', '?')} launches)"
                      + ("; PyTorch " + ", ".join(f"{w} {ms:.1f} ms ({ours / ms:.2f}×)" for w, ms in ways)
                         if ways else ""))
     text = "; ".join(parts) + f". {ref.provenance}" if parts else missing_md(CAPSTONE, CAPSTONE_SCRIPT)
     glue_md("phase8b-capstone-text", text[:1].upper() + text[1:])
+
+
+def _finite(value: object) -> bool:
+    """A number the run measured (a part of the run that failed leaves None or NaN)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _capstone_samples(ref: Results) -> None:
