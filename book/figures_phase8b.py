@@ -10,6 +10,8 @@ to run.
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 from figures import (
     BLUE,
@@ -180,3 +182,170 @@ def phase8b_memory() -> None:
                          f"attention {mat}")
     glue_md("phase8b-memory-text", "Peak memory of one forward + backward beyond its inputs, " + "; ".join(pairs)
             + f". {ref.provenance}")
+
+
+# ---------------------------------------------------------------- the capstone: nanoGPT's Shakespeare model
+
+CAPSTONE = "phase8b_nanogpt"
+CAPSTONE_SCRIPT = "benchmarks/phase8b_nanogpt.py"
+SAMPLE_STEPS = (0, 500, 1000, 2000)
+FRAMEWORK_STYLE = {"minitorch": dict(color=BLUE, label="minitorch (your kernels)"),
+                   "pytorch": dict(color=GREY, label="PyTorch (bf16 autocast, SDPA)")}
+
+
+def capstone_results() -> list[Results]:
+    """Every committed capstone run on a GPU, the H100 first."""
+    return sorted(every_card(CAPSTONE), key=lambda r: ("H100" not in r.device, r.device))
+
+
+def _kind(res: Results, kind: str) -> list[dict]:
+    return [r for r in res.rows if r.get("kind") == kind]
+
+
+def _capstone_missing() -> None:
+    what = "nanoGPT's Shakespeare model on the lab's kernels"
+    for name in ("fig-phase8b-capstone-curves", "fig-phase8b-capstone-kernels", "fig-phase8b-capstone-maps"):
+        glue_figure(name, missing_figure(CAPSTONE, what, CAPSTONE_SCRIPT))
+    note = missing_md(CAPSTONE, CAPSTONE_SCRIPT) + " Not measured yet: no number is shown until then."
+    for name in ("phase8b-capstone-text", "phase8b-capstone-samples", "phase8b-capstone-kernels-text"):
+        glue_md(name, note)
+
+
+def phase8b_capstone() -> None:
+    """The capstone's curves beside PyTorch's, its samples, its step split by kernel and its attention maps, all
+    from benchmarks/results/phase8b_nanogpt-<gpu>.json; a note saying what to run while none is committed."""
+    results = capstone_results()
+    if not results:
+        _capstone_missing()
+        return
+    ref = results[0]
+    _capstone_curves(ref)
+    _capstone_samples(ref)
+    _capstone_kernels(ref)
+    _capstone_maps(ref)
+
+
+def _capstone_curves(ref: Results) -> None:
+    summary = next(iter(_kind(ref, "summary")), {})
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    for framework, style in FRAMEWORK_STYLE.items():
+        rows = sorted((r for r in _kind(ref, "curve") if r.get("framework") == framework), key=lambda r: r["step"])
+        if not rows:
+            continue
+        rows = [r for r in rows if _finite(r.get("val_loss"))]
+        ax.plot([r["step"] for r in rows], [r["val_loss"] for r in rows], marker="o", ms=3, **style)
+        trained = [r for r in rows if r["step"] and _finite(r.get("train_loss"))]
+        ax.plot([r["step"] for r in trained], [r["train_loss"] for r in trained], ls="--", lw=1,
+                color=style["color"], label=f"{style['label'].split(' (')[0]}, training batches")
+    if _finite(summary.get("val_bar")):
+        ax.axhline(summary["val_bar"], color=VERMILLION, lw=0.8, ls=":", label=f"the bar, {summary['val_bar']}")
+    ax.set(xlabel="step", ylabel="cross-entropy (nats)", ylim=(0.9, 2.8))
+    ax.set_title(f"nanoGPT Shakespeare-char, same batches and initial weights; {_short(ref)}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    glue_figure("fig-phase8b-capstone-curves", fig)
+
+    parts = []
+    if _finite(summary.get("best_val_loss")):
+        f64 = summary.get("best_val_loss_float64")
+        parts.append(f"Trained by minitorch on the lab's kernels, the model's best validation loss is "
+                     f"{summary['best_val_loss']:.3f} at step {summary['best_step']:,}"
+                     + (f" (the grader's float64 forward pass of that checkpoint: {f64:.3f}; the bar "
+                        f"{summary['val_bar']:.2f})" if _finite(f64) else ""))
+        if _finite(summary.get("pytorch_best_val_loss")):
+            parts.append(f"PyTorch's, on the same batches from the same weights, {summary['pytorch_best_val_loss']:.3f} "
+                         f"at step {summary['pytorch_best_step']:,}")
+    step = next(iter(_kind(ref, "step")), {})
+    if _finite(step.get("minitorch_captured_seconds")) and "batch" in step:
+        ours = step["minitorch_captured_seconds"] * 1e3
+        ways = [(w, step[f"pytorch_{w}_seconds"] * 1e3) for w in ("eager", "compiled", "captured")
+                if _finite(step.get(f"pytorch_{w}_seconds"))]
+        parts.append(f"one training step (batch {step['batch']}, context {step['context']}, host time included) "
+                     f"takes {ours:.1f} ms captured ({step.get('launches', '?')} launches)"
+                     + ("; PyTorch " + ", ".join(f"{w} {ms:.1f} ms ({ours / ms:.2f}×)" for w, ms in ways)
+                        if ways else ""))
+    text = "; ".join(parts) + f". {ref.provenance}" if parts else missing_md(CAPSTONE, CAPSTONE_SCRIPT)
+    glue_md("phase8b-capstone-text", text[:1].upper() + text[1:])
+
+
+def _finite(value: object) -> bool:
+    """A number the run measured (a part of the run that failed leaves None or NaN)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _capstone_samples(ref: Results) -> None:
+    rows = {r["step"]: r for r in _kind(ref, "sample") if r.get("framework", "minitorch") == "minitorch"}
+    if not rows:
+        glue_md("phase8b-capstone-samples", missing_md(CAPSTONE, CAPSTONE_SCRIPT) + " (no samples in the file)")
+        return
+    blocks = []
+    for step in sorted(rows):
+        if step not in SAMPLE_STEPS and step != max(rows):
+            continue
+        row = rows[step]
+        body = row["text"].replace("```", "'''")
+        blocks.append(f"**After {step:,} steps** ({len(row['text'])} characters, temperature "
+                      f"{row.get('temperature', 1.0)}, seed {row.get('seed', 0)}):\n\n```text\n{body}\n```")
+    glue_md("phase8b-capstone-samples", "\n\n".join(blocks) + f"\n\n{ref.provenance}")
+
+
+def _capstone_kernels(ref: Results) -> None:
+    rows = sorted(_kind(ref, "kernel"), key=lambda r: -r.get("us_per_step", 0.0))
+    busy = next(iter(_kind(ref, "kernel_busy")), {}).get("busy_us_per_step")
+    if not rows or not busy:
+        glue_figure("fig-phase8b-capstone-kernels", missing_figure(CAPSTONE, "the step's split by kernel",
+                                                                    CAPSTONE_SCRIPT))
+        glue_md("phase8b-capstone-kernels-text", missing_md(CAPSTONE, CAPSTONE_SCRIPT) + " (no kernel split)")
+        return
+    groups: dict[str, float] = {}
+    for r in rows:
+        groups[_kernel_group(r["name"])] = groups.get(_kernel_group(r["name"]), 0.0) + r["us_per_step"]
+    shown = sorted(groups.items(), key=lambda kv: kv[1])
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(shown) + 1.2))
+    ax.barh(range(len(shown)), [us / 1e3 for _, us in shown], color=BLUE)
+    for y, (_, us) in enumerate(shown):
+        ax.text(us / 1e3, y, f" {us / busy:.0%}", va="center", fontsize=7)
+    ax.set_yticks(range(len(shown)), [name for name, _ in shown], fontsize=8)
+    ax.set_xlabel("ms of GPU time in one captured step")
+    ax.set_title(f"One training step by kernel ({busy / 1e3:.1f} ms busy); {_short(ref)}", fontsize=9)
+    fig.tight_layout()
+    glue_figure("fig-phase8b-capstone-kernels", fig)
+    top = sorted(groups.items(), key=lambda kv: -kv[1])[:3]
+    glue_md("phase8b-capstone-kernels-text",
+            "The GPU is busy " + f"{busy / 1e3:.2f} ms a step; the largest shares: "
+            + ", ".join(f"{name} {us / busy:.0%}" for name, us in top) + f". {ref.provenance}")
+
+
+def _kernel_group(name: str) -> str:
+    """A kernel's family, from its (demangled) name: the learner's files name their kernels."""
+    lowered = name.lower()
+    for key, label in (("flash_bwd", "FlashAttention backward"), ("flash_fwd", "FlashAttention forward"),
+                       ("hgemm", "tensor-core GEMM (hgemm)"), ("layernorm", "LayerNorm"), ("gelu", "GELU"),
+                       ("adam", "AdamW"), ("embedding", "embeddings"), ("dropout", "dropout"),
+                       ("cross_entropy", "cross-entropy"), ("softmax", "cross-entropy"), ("sum_squares", "clipping"),
+                       ("clip", "clipping"), ("bfloat16", "bf16 conversions"), ("float_to", "bf16 conversions"),
+                       ("to_float", "bf16 conversions")):
+        if key in lowered:
+            return label
+    return "other"
+
+
+def _capstone_maps(ref: Results) -> None:
+    maps = _kind(ref, "attention_map")
+    if not maps:
+        glue_figure("fig-phase8b-capstone-maps", missing_figure(CAPSTONE, "the attention maps", CAPSTONE_SCRIPT))
+        return
+    layers = sorted({m["layer"] for m in maps})
+    heads = sorted({m["head"] for m in maps})
+    fig, axes = plt.subplots(len(layers), len(heads), figsize=(2.6 * len(heads), 2.6 * len(layers)), squeeze=False)
+    for m in maps:
+        ax = axes[layers.index(m["layer"])][heads.index(m["head"])]
+        ax.imshow(m["probs"], cmap="viridis", vmin=0, vmax=1)
+        ax.grid(False)
+        labels = [repr(c)[1:-1] for c in m["text"]]
+        ax.set_xticks(range(len(labels)), labels, fontsize=4)
+        ax.set_yticks(range(len(labels)), labels, fontsize=4)
+        ax.set_title(f"layer {m['layer']}, head {m['head']}", fontsize=8)
+    fig.suptitle(f"What the best checkpoint's heads read (row: a query, column: a key); {_short(ref)}", fontsize=9)
+    fig.tight_layout()
+    glue_figure("fig-phase8b-capstone-maps", fig)

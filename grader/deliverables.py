@@ -36,6 +36,7 @@ import numpy as np
 from grader.checks import GradeError, threshold
 
 MAX_FILE_BYTES = 16 << 20        # a saved model of the course is a few kB to a few MB
+CAPSTONE_FILE_BYTES = 64 << 20   # Phase 8b's capstone: nanoGPT's 10.7 M parameters in float32, about 43 MB
 MAX_NPZ_MEMBERS = 64
 MAX_ARRAY_BYTES = 64 << 20       # uncompressed, per array
 
@@ -153,6 +154,7 @@ class SavedPair:
     record: str
     parameters: tuple[str, ...]
     section: str   # the lab's section whose last cell saves them
+    limit: int = MAX_FILE_BYTES   # bytes a parameter file may hold
 
 
 def check_pair(pair: SavedPair, record: dict[str, Any], files: dict[str, bytes]) -> None:
@@ -188,7 +190,7 @@ def check_saved_pair(workspace: Path, pair: SavedPair) -> None:
     files = {}
     for name in pair.parameters:
         try:
-            files[name] = read_untrusted(workspace, name)
+            files[name] = read_untrusted(workspace, name, pair.limit)
         except FileNotFoundError:
             continue
     check_pair(pair, load_record(record_bytes, pair.record), files)
@@ -329,6 +331,9 @@ PAIRS: dict[str, SavedPair] = {
                         '"The deliverable: reading handwritten digits" in labs/phase6_cnn.ipynb'),
     "phase7": SavedPair("shakespeare_model.json", ("shakespeare_model.npz",),
                         '"The deliverable: a character-level GPT on Tiny Shakespeare" in labs/phase7_gpt.ipynb'),
+    "phase8b": SavedPair("nanogpt_model.json", ("nanogpt_model.npz",),
+                         '"The capstone: nanoGPT\'s Shakespeare model on your kernels" in labs/phase8b_flash.ipynb',
+                         limit=CAPSTONE_FILE_BYTES),
 }
 # The graded tests that read a pair (grader/tests/conftest.py checks it before they run; Phase 4's
 # evaluation checks its own, inside and outside the sandbox).
@@ -338,6 +343,7 @@ READ_BY: dict[str, str] = {
     "test_phase5_training.py::test_deliverable_starts_from_your_initialisation": "phase5",
     "test_phase6_mnist.py::test_mnist_model_accuracy_on_the_test_set": "phase6",
     "test_phase7_gpt.py::test_shakespeare_model_validation_loss": "phase7",
+    "test_phase8b_capstone.py::test_capstone_validation_loss": "phase8b",
 }
 
 

@@ -77,7 +77,8 @@ PHASES: dict[str, Phase] = _chain(
         learner_files=("convert.cu", "convert.py", "hgemm.cu", "hgemm.py", "hgemm_wgmma.cu", "scaler.cu",
                        "scaler.py"))),
     ("phase8b", "FlashAttention (forward ladder, backward, dropout)", dict(
-        lab="phase8b_flash", tests="test_phase8b.py", learner_files=("flash.cu", "flash.py"))),
+        lab="phase8b_flash", tests=("test_phase8b.py", "test_phase8b_capstone.py"),
+        learner_files=("flash.cu", "flash.py"))),
 )
 
 

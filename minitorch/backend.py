@@ -17,9 +17,10 @@ on every device, exactly as it would against CuPy.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +104,20 @@ class Backend:
         """Stop recording; returns an object whose ``launch()`` runs the recorded work."""
         raise DeviceError(f"the '{self.name}' device has no graphs: capture on 'cuda' or 'emu'")
 
+    # Side branches of a captured graph: only CUDA graphs have them; elsewhere the block runs in order.
+    pending_branches: bool = False  # whether a branch's results may still be unread by the main stream
+    in_branch: bool = False
+
+    @contextlib.contextmanager
+    def branch(self) -> Iterator[None]:
+        """Run the block's device work on a side branch of the graph being captured, concurrently with the
+        main stream's work that follows, until a launch reads what the block wrote (:meth:`wait_for`) or
+        the capture ends. Outside a capture, and on devices without graph branches: in order."""
+        yield
+
+    def wait_for(self, args: Sequence[Any]) -> None:
+        """Before a launch on the main stream with these arguments: wait for the branches that wrote them."""
+
 
 def _refresh_allocator(device: str) -> None:
     """From Phase 5 on the learner's caching pool (pool.py) allocates device memory: see
@@ -128,6 +143,12 @@ class CudaBackend(Backend):
         self.cupy = cupy
         self.array_type = cupy.ndarray
         self._capture_stream: Any = None
+        # branches (see Backend.branch): one side stream, kept for the process (a captured graph's blocks
+        # allocated on it stay that stream's); the branches not yet waited for, each an event recorded at its
+        # end and the address ranges allocated in it; the ranges of the branch being recorded
+        self._side: Any = None
+        self._pending: list[tuple[Any, list[tuple[int, int]]]] = []
+        self._branch_ranges: list[tuple[int, int]] | None = None
 
     def RawModule(self, code: str, options: Sequence[str] = (),  # noqa: N802
                   name_expressions: Sequence[str] | None = None, *, filename: str | None = None) -> Any:
@@ -143,11 +164,17 @@ class CudaBackend(Backend):
 
     def empty(self, shape: Shape, dtype: Any = np.float32) -> Any:
         _refresh_allocator("cuda")
-        return self.array_type(shape, dtype)  # what cupy.empty does, less a Python call
+        out = self.array_type(shape, dtype)  # what cupy.empty does, less a Python call
+        if self._branch_ranges is not None:
+            self._branch_ranges.append((out.data.ptr, out.data.ptr + out.nbytes))
+        return out
 
     def zeros(self, shape: Shape, dtype: Any = np.float32) -> Any:
         _refresh_allocator("cuda")
-        return self.cupy.zeros(shape, dtype=dtype)
+        out = self.cupy.zeros(shape, dtype=dtype)
+        if self._branch_ranges is not None:
+            self._branch_ranges.append((out.data.ptr, out.data.ptr + out.nbytes))
+        return out
 
     def synchronize(self) -> None:
         self.cupy.cuda.get_current_stream().synchronize()
@@ -156,6 +183,8 @@ class CudaBackend(Backend):
         return isinstance(x, self.cupy.ndarray)
 
     def copy_into(self, dst: Any, src: Any) -> None:
+        if self._pending:
+            self.wait_for((dst, src))
         self.cupy.copyto(dst, src)
 
     def describe(self) -> str:
@@ -185,10 +214,69 @@ class CudaBackend(Backend):
         stream = self._capture_stream
         self._capture_stream = None
         try:
-            graph = stream.end_capture()
+            try:
+                self._join_branches(stream)  # a capture ends with every branch joined to its stream
+            finally:
+                self._pending, self._branch_ranges = [], None
+                graph = stream.end_capture()  # even when a join failed: the stream must leave capture mode
         finally:
             stream.__exit__(None, None, None)
         return _CapturedGraph(graph, stream)
+
+    # ---- branches (Backend.branch): device work recorded on a side stream, forked from the capturing stream
+    # by an event and joined back by another, so the graph runs it concurrently with the main chain
+
+    @property
+    def pending_branches(self) -> bool:
+        return bool(self._pending)
+
+    @property
+    def in_branch(self) -> bool:
+        return self._branch_ranges is not None
+
+    @contextlib.contextmanager
+    def branch(self) -> Iterator[None]:
+        main = self._capture_stream
+        if main is None or self._branch_ranges is not None:  # not capturing, or a branch already: in order
+            yield
+            return
+        cuda = self.cupy.cuda
+        if self._side is None:
+            self._side = cuda.Stream(non_blocking=True)
+        fork = cuda.Event(disable_timing=True)
+        fork.record(main)
+        self._side.wait_event(fork)  # the side stream joins the capture after what main has recorded so far
+        ranges = self._branch_ranges = []
+        try:
+            with self._side:
+                yield
+        finally:
+            self._branch_ranges = None
+            done = cuda.Event(disable_timing=True)
+            done.record(self._side)
+            self._pending.append((done, ranges))
+
+    def wait_for(self, args: Sequence[Any]) -> None:
+        if not self._pending:
+            return
+        stream = self.cupy.cuda.get_current_stream()
+        if stream is self._side:  # a later branch: the side stream runs its branches in order
+            return
+        spans = [(a.data.ptr, a.data.ptr + a.nbytes) for a in args if isinstance(a, self.array_type) and a.nbytes]
+        if not spans:
+            return
+        keep = []
+        for event, ranges in self._pending:
+            if any(lo < r_hi and r_lo < hi for lo, hi in spans for r_lo, r_hi in ranges):
+                stream.wait_event(event)
+            else:
+                keep.append((event, ranges))
+        self._pending = keep
+
+    def _join_branches(self, stream: Any) -> None:
+        for event, _ in self._pending:
+            stream.wait_event(event)
+        self._pending = []
 
 
 class _CapturedGraph:

@@ -178,3 +178,39 @@ def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool =
     if seed is None:
         seed = int(np.random.randint(0, 2 ** 63, dtype=np.int64)) if p > 0 else 0
     return autograd.ScaledDotProductAttention.apply(q, k, v, bool(causal), p, int(seed), int(offset))
+
+
+__all__ += ["flash_self_attention"]
+
+
+def flash_self_attention(qkv: Tensor, n_head: int, dropout_p: float = 0.0, training: bool = True,
+                         seed: int | None = None, offset: int = 0, dtype: Any = None,
+                         keep_rounded: bool = False) -> Tensor:
+    """Phase 7's ``causal_self_attention`` of qkv (B, T, 3C) float32 by the learner's FlashAttention (Phase 8b):
+    y (B, T, C) float32, never the T x T scores in memory. The heads (D = C / n_head: 64 or 128) are rounded
+    to ``dtype`` (float16 or bfloat16; default: the autocast dtype when an ``amp.autocast`` region is active,
+    else bfloat16) and attended on the tensor cores; the output is widened back to float32. With
+    ``training`` and ``dropout_p`` > 0, dropout of the attention probabilities, as
+    :func:`scaled_dot_product_attention` (its ``seed`` and ``offset``: a captured graph keeps them).
+    ``keep_rounded``: y stays in ``dtype`` instead (half the bytes; for a product under autocast, which takes it
+    as it is: the same bits as rounding a float32 y); its gradient may come float32."""
+    from minitorch import dtypes, ops
+    from minitorch.ops.flash import HEAD_DIMS
+
+    _tensor("flash_self_attention", "qkv", qkv)
+    if qkv.ndim != 3 or n_head < 1 or qkv.shape[2] % (3 * n_head):
+        raise ValueError(f"flash_self_attention: qkv must be (B, T, 3C) with C a multiple of n_head = {n_head}, "
+                         f"got shape {qkv.shape}")
+    d = qkv.shape[2] // (3 * n_head)
+    if d not in HEAD_DIMS:
+        raise ValueError(f"flash_self_attention: FlashAttention's kernels take head dims "
+                         f"{' or '.join(map(str, HEAD_DIMS))}, got d_model / n_head = "
+                         f"{qkv.shape[2] // 3} / {n_head} = {d}")
+    dtype = dtypes.resolve(dtype) if dtype is not None else (ops.autocast_dtype() or dtypes.bfloat16)
+    if dtype not in dtypes.HALF:
+        raise TypeError(f"flash_self_attention: dtype must be float16 or bfloat16, got {dtype}")
+    p = float(dropout_p) if training else 0.0
+    if seed is None:
+        seed = int(np.random.randint(0, 2 ** 63, dtype=np.int64)) if p > 0 else 0
+    return autograd.FlashSelfAttention.apply(qkv, int(n_head), dtype, p, int(seed), int(offset),
+                                             dtype if keep_rounded else None)

@@ -18,7 +18,7 @@ from minitorch.autograd.conv import Conv2d
 from minitorch.autograd.dropout import Dropout
 from minitorch.autograd.elementwise import Add, AddBias, Mul, ReLU, ScalarMul, Sigmoid, Sub, add
 from minitorch.autograd.embedding import Embedding
-from minitorch.autograd.flash import ScaledDotProductAttention
+from minitorch.autograd.flash import FlashSelfAttention, ScaledDotProductAttention
 from minitorch.autograd.function import (
     Context,
     Function,
@@ -50,5 +50,5 @@ __all__ = [
     # Phase 8a
     "Cast",
     # Phase 8b
-    "ScaledDotProductAttention",
+    "FlashSelfAttention", "ScaledDotProductAttention",
 ]

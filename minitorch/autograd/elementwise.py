@@ -38,8 +38,12 @@ class AddBias(Function):
 
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor, Tensor | None]:
-        # Each bias element was added to a whole column: its gradient is that column's sum.
-        return grad, ops.bias_grad(grad) if ctx.needs_input_grad[1] else None
+        # Each bias element was added to a whole column: its gradient is that column's sum (on a side branch of a
+        # captured graph where that is on: ops.set_concurrent_weight_grads).
+        if not ctx.needs_input_grad[1]:
+            return grad, None
+        with ops.weight_grad_branch(grad.device):
+            return grad, ops.bias_grad(grad)
 
 
 class Sub(Function):

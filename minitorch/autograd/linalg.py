@@ -13,11 +13,16 @@ class MatMul(Function):
     Inside ``minitorch.amp.autocast`` float32 operands are rounded to its 16-bit dtype once: the forward
     multiplies the rounded copies and saves them (half the memory of float32 ones), and the backward
     rounds dC and multiplies it with them, in that dtype whether or not autocast is still on (as
-    PyTorch's); every product comes out float32, so the gradients of float32 master weights are float32."""
+    PyTorch's); every product comes out float32, so the gradients of float32 master weights are float32. Under
+    autocast an ``a`` already in its 16-bit dtype is used as it is (no second rounding: the same bits)."""
 
     @staticmethod
     def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         ctx.compute = compute = ops.product_dtype(a.dtype)
+        if compute is None and a.dtype == ops.autocast_dtype() and b.dtype == DTYPE:
+            # a already in the autocast dtype (an output kept rounded, e.g. flash attention's): used as it is, the
+            # float32 b rounded; the gradient of a comes out float32, as every product's
+            ctx.compute = compute = a.dtype
         if compute is None:
             ctx.save_for_backward(a, b)
             return ops.matmul(a, b, compute_dtype=DTYPE if a.dtype == DTYPE else None)
@@ -29,13 +34,21 @@ class MatMul(Function):
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         a, b = ctx.saved_tensors
         # Transposed operands are read in place where the learner's Phase 5 GEMM serves (ops.matmul).
+        # dB (a weight's gradient: few output tiles, K = the rows) may run on a side branch of a captured graph,
+        # concurrently with what follows (ops.set_concurrent_weight_grads)
         if ctx.compute is None:
             compute = DTYPE if grad.dtype == DTYPE else None  # recorded in float32: stays float32
-            return (ops.matmul(grad, b, transpose_b=True, compute_dtype=compute) if ctx.needs_input_grad[0] else None,
-                    ops.matmul(a, grad, transpose_a=True, compute_dtype=compute) if ctx.needs_input_grad[1] else None)
+            grad_a = ops.matmul(grad, b, transpose_b=True, compute_dtype=compute) if ctx.needs_input_grad[0] else None
+            if not ctx.needs_input_grad[1]:
+                return grad_a, None
+            with ops.weight_grad_branch(grad.device):
+                return grad_a, ops.matmul(a, grad, transpose_a=True, compute_dtype=compute)
         g16 = ops.convert(grad, ctx.compute)
-        return (ops.matmul(g16, b, transpose_b=True, out_dtype=DTYPE) if ctx.needs_input_grad[0] else None,
-                ops.matmul(a, g16, transpose_a=True, out_dtype=DTYPE) if ctx.needs_input_grad[1] else None)
+        grad_a = ops.matmul(g16, b, transpose_b=True, out_dtype=DTYPE) if ctx.needs_input_grad[0] else None
+        if not ctx.needs_input_grad[1]:
+            return grad_a, None
+        with ops.weight_grad_branch(grad.device):
+            return grad_a, ops.matmul(a, g16, transpose_a=True, out_dtype=DTYPE)
 
 
 class Transpose(Function):

@@ -25,6 +25,7 @@ from minitorch.nn.dropout import Dropout
 from minitorch.nn.kv_cache import KVCacheDecoder
 from minitorch.nn.linear import Linear
 from minitorch.nn.module import Module, ModuleList
+from minitorch.ops.flash import HEAD_DIMS
 from minitorch.tensor import INDEX, DTypeLike, Tensor, _check_device, check_dtype, from_numpy
 
 __all__ = ["GELU", "GPT", "Embedding", "LayerNorm", "MultiHeadAttention", "TransformerBlock", "sample_next"]
@@ -94,30 +95,74 @@ class GELU(Module):
         return functional.gelu(x)
 
 
+ATTENTIONS = ("materialised", "flash")
+
+
+def _check_attention(cls: str, attention: object, d_model: int, n_head: int) -> str:
+    if attention not in ATTENTIONS:
+        raise ValueError(f"{cls}: attention must be one of {', '.join(map(repr, ATTENTIONS))}, got {attention!r}")
+    head_dim = d_model // n_head
+    if attention == "flash" and head_dim not in HEAD_DIMS:
+        raise ValueError(f"{cls}: attention='flash' runs FlashAttention's kernels, whose head dims are "
+                         f"{' or '.join(map(str, HEAD_DIMS))}; d_model / n_head = {d_model} / {n_head} = {head_dim}")
+    return str(attention)
+
+
 class MultiHeadAttention(Module):
     """Causal multi-head self-attention of x (B, T, d_model): one Linear makes Q | K | V (``c_attn``, d_model
     -> 3 d_model), ``n_head`` heads of d_model / n_head columns attend, each position to itself and the
-    positions before it, and ``c_proj`` mixes the merged heads."""
+    positions before it, and ``c_proj`` mixes the merged heads.
+
+    ``attention``: ``"materialised"`` (Phase 7: the T x T scores and probabilities in float32 device memory,
+    products under autocast in 16 bits) or ``"flash"`` (Phase 8b: the learner's FlashAttention, head dims 64
+    or 128, in the autocast dtype, or bfloat16 when no ``amp.autocast`` region is active; never the T x T
+    matrix). ``dropout`` (flash only): while training, each attention probability is dropped with this
+    probability, as nanoGPT's ``attn_dropout``, by Philox inside the kernels from this layer's seed and an
+    offset that each training forward advances on the host (a step captured into a graph keeps the offset it
+    was captured with: its replays draw the same attention masks).
+    """
 
     def __init__(self, d_model: int, n_head: int, *, device: str | None = None, dtype: DTypeLike = None,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, attention: str = "materialised", dropout: float = 0.0) -> None:
         _positive("MultiHeadAttention", d_model=d_model, n_head=n_head)
         if d_model % n_head:
             raise ValueError(f"MultiHeadAttention: d_model = {d_model} must be a multiple of n_head = {n_head}")
         self.d_model, self.n_head = int(d_model), int(n_head)
-        seeds = np.random.default_rng(seed).integers(0, 2**31, 2)
+        self.attention = _check_attention("MultiHeadAttention", attention, self.d_model, self.n_head)
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
+            raise ValueError(f"MultiHeadAttention: dropout must be a probability in [0, 1), got {dropout!r}")
+        if dropout and attention != "flash":
+            raise ValueError("MultiHeadAttention: dropout of the attention probabilities needs attention='flash' "
+                             "(Phase 7's materialised attention has none)")
+        self.dropout = float(dropout)
+        self.attention = _check_attention("GPT", attention, self.d_model, self.n_head)
+        rng = np.random.default_rng(seed)
+        seeds = rng.integers(0, 2**31, 2)
         self.c_attn = Linear(d_model, 3 * d_model, device=device, dtype=dtype, seed=int(seeds[0]))
         self.c_proj = Linear(d_model, d_model, device=device, dtype=dtype, seed=int(seeds[1]))
+        self.dropout_seed = int(rng.integers(0, 2**62))  # drawn after the weights' seeds: those stay as they were
+        self._dropout_calls = 0  # training forwards that drew a mask: the Philox offset of the next one
 
     def forward(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != self.d_model:
             got = x.shape if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"MultiHeadAttention(d_model={self.d_model}) expects x of shape (B, T, {self.d_model}), "
                              f"got {got}")
-        return self.c_proj(functional.causal_self_attention(self.c_attn(x), self.n_head))
+        qkv = self.c_attn(x)
+        if self.attention == "materialised":
+            return self.c_proj(functional.causal_self_attention(qkv, self.n_head))
+        p = self.dropout if self.training else 0.0
+        offset = 0
+        if p:
+            offset, self._dropout_calls = self._dropout_calls % 2**32, self._dropout_calls + 1
+        # under autocast the output stays rounded: c_proj's product takes it as it is (one conversion less)
+        return self.c_proj(functional.flash_self_attention(qkv, self.n_head, p, seed=self.dropout_seed,
+                                                           offset=offset,
+                                                           keep_rounded=ops.autocast_dtype() is not None))
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, n_head={self.n_head}"
+        flash = f", attention='flash', dropout={self.dropout:g}" if self.attention == "flash" else ""
+        return f"d_model={self.d_model}, n_head={self.n_head}{flash}"
 
 
 class TransformerBlock(Module):
@@ -126,11 +171,12 @@ class TransformerBlock(Module):
     ``resid_dropout`` and the MLP's dropout)."""
 
     def __init__(self, d_model: int, n_head: int, *, device: str | None = None, dtype: DTypeLike = None,
-                 seed: int | None = None, dropout: float = 0.0) -> None:
+                 seed: int | None = None, dropout: float = 0.0, attention: str = "materialised") -> None:
         rng = np.random.default_rng(seed)
         seeds = rng.integers(0, 2**31, 3)
         self.ln1 = LayerNorm(d_model, device=device, dtype=dtype)
-        self.attn = MultiHeadAttention(d_model, n_head, device=device, dtype=dtype, seed=int(seeds[0]))
+        self.attn = MultiHeadAttention(d_model, n_head, device=device, dtype=dtype, seed=int(seeds[0]),
+                                       attention=attention, dropout=dropout if attention == "flash" else 0.0)
         self.ln2 = LayerNorm(d_model, device=device, dtype=dtype)
         self.fc = Linear(d_model, 4 * d_model, device=device, dtype=dtype, seed=int(seeds[1]))
         self.gelu = GELU()
@@ -146,18 +192,27 @@ class TransformerBlock(Module):
 
 class _TiedProjection(Function):
     """y = x @ Wᵀ for x (N, C) and a (V, C) table W: the tied head's logits, the table read transposed in
-    place. dx = dy @ W; dW = dyᵀ @ x, which backprop adds to the embedding's own gradient of W."""
+    place. dx = dy @ W; dW = dyᵀ @ x, which backprop adds to the embedding's own gradient of W. Under
+    autocast the backward's products run in the forward's 16-bit dtype too (recorded at the forward, as
+    MatMul does: the backward runs after the autocast region has closed)."""
 
     @staticmethod
     def forward(ctx: Context, x: Tensor, weight: Tensor) -> Tensor:
         ctx.save_for_backward(x, weight)
+        ctx.compute = ops.product_dtype(x.dtype)  # None outside autocast: float32 products, as before
         return ops.matmul(x, weight, transpose_b=True)
 
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         x, weight = ctx.saved_tensors
-        return (ops.matmul(grad, weight) if ctx.needs_input_grad[0] else None,
-                ops.matmul(grad, x, transpose_a=True) if ctx.needs_input_grad[1] else None)
+        c = ctx.compute
+        grad_x = ops.matmul(grad, weight, compute_dtype=c) if ctx.needs_input_grad[0] else None
+        if not ctx.needs_input_grad[1]:
+            return grad_x, None
+        # (V, C) with K = the rows: a few output tiles; on a side branch of a captured graph where that is on
+        # (ops.set_concurrent_weight_grads): the sum with the embedding's gradient waits for it
+        with ops.weight_grad_branch(grad.device):
+            return grad_x, ops.matmul(grad, x, transpose_a=True, compute_dtype=c)
 
 
 class TiedHead(Module):
@@ -189,11 +244,17 @@ class GPT(Module):
     see the module's docstring). ``dropout``: the probability of zeroing an activation while training, after
     the embeddings and on each residual branch (attention's and the MLP's outputs), as nanoGPT's
     ``dropout``; 0 (the default) adds no kernel. ``model.train()`` / ``model.eval()`` switch it on and off.
+
+    ``attention``: ``"materialised"`` (the default, Phase 7's attention) or ``"flash"`` (Phase 8b's
+    FlashAttention: head dims d_model / n_head of 64 or 128, computed in the autocast dtype, or bfloat16 when
+    no ``amp.autocast`` region is active; with ``dropout``, the attention probabilities are dropped too, as
+    nanoGPT's ``attn_dropout``). A flash model's ``config`` holds ``"attention": "flash"``, so
+    ``GPT(**config)`` rebuilds it; a materialised model's config stays as it always was.
     """
 
     def __init__(self, vocab_size: int, block_size: int, d_model: int = 64, n_head: int = 4, n_layer: int = 2, *,
                  device: str | None = None, dtype: DTypeLike = None, seed: int | None = 0,
-                 tie_weights: bool = False, dropout: float = 0.0) -> None:
+                 tie_weights: bool = False, dropout: float = 0.0, attention: str = "materialised") -> None:
         _positive("GPT", vocab_size=vocab_size, block_size=block_size, d_model=d_model, n_head=n_head,
                   n_layer=n_layer)
         self.vocab_size, self.block_size = int(vocab_size), int(block_size)
@@ -204,13 +265,15 @@ class GPT(Module):
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
             raise ValueError(f"GPT: dropout must be a probability in [0, 1), got {dropout!r}")
         self.dropout = float(dropout)
+        self.attention = _check_attention("GPT", attention, self.d_model, self.n_head)
         rng = np.random.default_rng(seed)
         seeds = [int(s) for s in rng.integers(0, 2**31, n_layer + 3)]
         kw = {"device": device, "dtype": dtype}
         self.wte = Embedding(vocab_size, d_model, seed=seeds[0], std=d_model ** -0.5 if tie_weights else 1.0, **kw)
         self.wpe = Embedding(block_size, d_model, seed=seeds[1], **kw)
         self.drop = Dropout(self.dropout, seed=int(rng.integers(0, 2**62)), device=device)
-        self.blocks = ModuleList(TransformerBlock(d_model, n_head, seed=seeds[3 + i], dropout=self.dropout, **kw)
+        self.blocks = ModuleList(TransformerBlock(d_model, n_head, seed=seeds[3 + i], dropout=self.dropout,
+                                                  attention=self.attention, **kw)
                                  for i in range(n_layer))
         self.ln_f = LayerNorm(d_model, **kw)
         self.lm_head: Linear | TiedHead = (TiedHead(vocab_size, **kw) if tie_weights
@@ -220,11 +283,13 @@ class GPT(Module):
         self._positions(self.block_size)
 
     @property
-    def config(self) -> dict[str, int | bool]:
-        config: dict[str, int | bool] = {"vocab_size": self.vocab_size, "block_size": self.block_size,
+    def config(self) -> dict[str, int | bool | str]:
+        config: dict[str, int | bool | str] = {"vocab_size": self.vocab_size, "block_size": self.block_size,
                                          "d_model": self.d_model, "n_head": self.n_head, "n_layer": self.n_layer}
         if self.tie_weights:  # an untied model's config stays as it always was
             config["tie_weights"] = True
+        if self.attention == "flash":  # likewise: a materialised model's config is Phase 7's
+            config["attention"] = "flash"
         return config
 
     def optimizer_groups(self, weight_decay: float) -> list[dict[str, Any]]:

@@ -21,14 +21,14 @@ from minitorch.ops.attention import (
 )
 from minitorch.ops.clip import clip_by_global_norm_
 from minitorch.ops.conv import conv2d, conv2d_backward_input, conv2d_backward_weight, conv2d_bias_grad
-from minitorch.ops.dispatch import on_device
+from minitorch.ops.dispatch import on_device, set_concurrent_weight_grads, weight_grad_branch
 from minitorch.ops.elementwise import add, add_bias, mul, relu, relu_backward, scalar_mul, sigmoid, sigmoid_backward
 from minitorch.ops.embedding import embedding, embedding_backward
 from minitorch.ops.flash import flash_attention, flash_attention_backward
 from minitorch.ops.gelu import gelu, gelu_backward
 from minitorch.ops.kv_cache import cached_attention, write_position_
 from minitorch.ops.layernorm import layer_norm, layer_norm_backward
-from minitorch.ops.linalg import matmul, product_dtype, transpose
+from minitorch.ops.linalg import matmul, product_dtype, set_hgemm_variant, transpose
 from minitorch.ops.loss import mse_backward, mse_loss
 from minitorch.ops.optim import sgd_momentum_
 from minitorch.ops.pooling import max_pool2d, max_pool2d_backward
@@ -71,5 +71,6 @@ __all__ = [
     # KV-cached generation
     "cached_attention", "write_position_",
     # Phase 8b
-    "flash_attention", "flash_attention_backward",
+    "flash_attention", "flash_attention_backward", "set_concurrent_weight_grads", "set_hgemm_variant",
+    "weight_grad_branch",
 ]

@@ -5,7 +5,8 @@
   ``hgemm.py`` per matrix of the batch, fp32 accumulation and result (:func:`tensor_core_bmm`);
 - ``attention_softmax`` / ``attention_softmax_backward``: scale, causal mask and softmax over the last
   dimension, fused;
-- ``split_heads`` / ``merge_heads``: (B, T, parts * C) rows <-> (B, H, T, D) heads, C = H * D;
+- ``split_heads`` / ``merge_heads``: (B, T, parts * C) rows <-> (B, H, T, D) heads, C = H * D (16-bit tensors
+  too: their bits moved as float32 words of two values);
 - ``attention`` / ``attention_backward``: Y = softmax(Q Kᵀ / sqrt(D), causal) V for every head, from the
   fused projection qkv (B, T, 3C) (Q, K, V side by side) to y (B, T, C), and back. Under autocast its four
   (forward) and eight (backward) batched products run in 16 bits; the softmax and its backward stay fp32.
@@ -18,10 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from minitorch import dtypes
 from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch, real
 from minitorch.ops.linalg import product_dtype, tensor_core_bmm
+from minitorch.ops.precision import convert
 from minitorch.ops.shape import reshape
-from minitorch.tensor import Tensor
+from minitorch.tensor import DTYPE, HALF, Tensor
 
 
 def _ndim(op: str, name: str, t: Tensor, ndim: int, what: str) -> tuple[int, ...]:
@@ -102,17 +105,36 @@ def attention_softmax_backward(probs: Tensor, grad_probs: Tensor, scale: float =
     return Tensor(out, device)
 
 
+def _words(t: Tensor) -> Tensor:
+    """A 16-bit tensor's storage read as float32 words, two values a word (its last dimension halved)."""
+    return Tensor(t.data.view(np.float32), t.device)
+
+
+def _halves(t: Tensor, dtype: Any) -> Tensor:
+    """The inverse of _words: float32 words read as the 16-bit values of ``dtype`` they hold."""
+    return Tensor(t.data.view(dtypes.storage(dtype)), t.device)
+
+
 def split_heads(x: Tensor, n_head: int, parts: int = 1) -> tuple[Tensor, ...]:
     """x (B, T, parts * C) -> ``parts`` tensors (B, H, T, D), H = n_head, D = C / H: part p is the columns
-    p * C ... (p + 1) * C of each row, cut into heads of D columns."""
-    device, dtype = check_tensors("split_heads", x=x)
+    p * C ... (p + 1) * C of each row, cut into heads of D columns.
+
+    float32 (float64 on cpu); and float16 / bfloat16, whose bits only move: with D even, the learner's float32
+    kernel moves them as words of two values (the heads of the words are the words of the heads), so a
+    16-bit layout change costs what a float32 one of half the width does; with D odd, through float32
+    (exact both ways)."""
+    device, dtype = check_tensors("split_heads", half=True, x=x)
     batch, t, width = _ndim("split_heads", "x", x, 3, "(B, T, columns)")
     if n_head < 1 or parts < 1 or width % (parts * n_head):
         raise ValueError(f"split_heads: {width} columns do not split into {parts} part(s) of {n_head} heads")
     d = width // (parts * n_head)
     if device == "cpu":
         heads = x.data.reshape(batch, t, parts, n_head, d).transpose(2, 0, 3, 1, 4)
-        return tuple(cpu_result(heads[p], dtype) for p in range(parts))
+        return tuple(Tensor(np.ascontiguousarray(heads[p]), "cpu") for p in range(parts))
+    if dtype in HALF:
+        if d % 2:
+            return tuple(convert(h, dtype) for h in split_heads(convert(x, DTYPE), n_head, parts))
+        return tuple(_halves(h, dtype) for h in split_heads(_words(x), n_head, parts))
     outs = []
     for p in range(parts):
         out = empty(device, (batch, n_head, t, d))
@@ -123,10 +145,11 @@ def split_heads(x: Tensor, n_head: int, parts: int = 1) -> tuple[Tensor, ...]:
 
 
 def merge_heads(*ys: Tensor) -> Tensor:
-    """The inverse of split_heads: tensors (B, H, T, D) -> (B, T, len(ys) * H * D), side by side."""
+    """The inverse of split_heads: tensors (B, H, T, D) -> (B, T, len(ys) * H * D), side by side (16-bit ones
+    as split_heads moves them)."""
     if not ys:
         raise ValueError("merge_heads: expected at least one (B, H, T, D) tensor")
-    device, dtype = check_tensors("merge_heads", **{f"y{i}": y for i, y in enumerate(ys)})
+    device, dtype = check_tensors("merge_heads", half=True, **{f"y{i}": y for i, y in enumerate(ys)})
     shape = _ndim("merge_heads", "y0", ys[0], 4, "(B, H, T, D)")
     for i, y in enumerate(ys):
         if y.shape != shape:
@@ -134,7 +157,12 @@ def merge_heads(*ys: Tensor) -> Tensor:
     batch, h, t, d = shape
     if device == "cpu":
         stacked = np.stack([y.data for y in ys])  # (parts, B, H, T, D)
-        return cpu_result(stacked.transpose(1, 3, 0, 2, 4).reshape(batch, t, len(ys) * h * d), dtype)
+        return Tensor(np.ascontiguousarray(stacked.transpose(1, 3, 0, 2, 4).reshape(batch, t, len(ys) * h * d)),
+                      "cpu")
+    if dtype in HALF:
+        if d % 2:
+            return convert(merge_heads(*(convert(y, DTYPE) for y in ys)), dtype)
+        return _halves(merge_heads(*(_words(y) for y in ys)), dtype)
     out = empty(device, (batch, t, len(ys) * h * d))
     if out.size:
         for p, y in enumerate(ys):

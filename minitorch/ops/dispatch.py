@@ -106,11 +106,38 @@ def launch(device: str, filename: str, function: str, *args: Any, outputs: tuple
     op that names them lets :mod:`minitorch.plans` replay the launcher's launches on later calls of
     the same kind instead of running its Python; without them the launcher always runs.
     """
+    target = backend._BACKENDS.get(device)
+    if target is not None and target.pending_branches:  # a branch of the graph being captured wrote an argument?
+        target.wait_for(args)
     if outputs is not None and plans.enabled():
         plans.run(device, filename, function, lambda: _call(device, filename, function, args, kwargs),
                   args, kwargs, outputs)
     else:
         _call(device, filename, function, args, kwargs)
+
+
+_weight_grads_branch = False
+
+
+def set_concurrent_weight_grads(enabled: bool) -> bool:
+    """While a training step is captured into a CUDA graph, compute the gradients of Linear weights and biases
+    (autograd's MatMul and AddBias) on a side branch of the graph, concurrently with the rest of the backward
+    pass: those products have few output tiles (d_in x d_out, K = the batch's rows), so alone they leave most
+    of the GPU idle. A launch that reads their results waits for them (``Backend.wait_for``). Eager steps,
+    and devices other than cuda, run in order as ever. Returns the previous setting."""
+    global _weight_grads_branch
+    previous, _weight_grads_branch = _weight_grads_branch, bool(enabled)
+    return previous
+
+
+@contextlib.contextmanager
+def weight_grad_branch(device: str) -> Iterator[None]:
+    """The block's launches on a side branch (see set_concurrent_weight_grads), where that is on."""
+    if not _weight_grads_branch or device != "cuda":
+        yield
+        return
+    with backend.get_backend(device).branch():
+        yield
 
 
 def _call(device: str, filename: str, function: str, args: tuple, kwargs: dict[str, Any]) -> Any:

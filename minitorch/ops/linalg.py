@@ -15,6 +15,7 @@ On cpu the same rounding is done by NumPy and the product accumulates in float32
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,37 @@ from minitorch.tensor import DTYPE, HALF, Tensor
 
 GEMM_FILE = "gemm.py"
 HGEMM_FILE = "hgemm.py"
+# None: the launcher's own default ("best"); a name; or a function of the product's shape giving a name
+HgemmVariant = str | Callable[[int, int, int, bool, bool], str] | None
+_hgemm_variant: HgemmVariant = None
+
+
+def set_hgemm_variant(variant: HgemmVariant) -> HgemmVariant:
+    """The ``variant`` every tensor-core product passes to the learner's ``hgemm.py`` from now on; returns the
+    previous setting. None: none (the launcher's default, its "best"); a name, e.g. ``"wgmma"`` (Lab 8a's
+    rung 6, sm_90 GPUs only); or a function ``(M, N, K, transpose_a, transpose_b) -> name`` choosing by the
+    product's shape (e.g. a table of the fastest variant per shape, measured on the card). The launcher
+    checks the name."""
+    global _hgemm_variant
+    if variant is not None and not (callable(variant) or (isinstance(variant, str) and variant)):
+        raise TypeError(f"set_hgemm_variant: a variant name of hgemm.py, a function of the shape, or None; "
+                        f"got {variant!r}")
+    previous, _hgemm_variant = _hgemm_variant, variant
+    return previous
+
+
+def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: bool, transpose_b: bool) -> None:
+    choice = _hgemm_variant
+    if callable(choice):
+        k = a.shape[0] if transpose_a else a.shape[1]
+        choice = choice(out.shape[0], out.shape[1], k, transpose_a, transpose_b)
+    if choice == "wgmma" and backend.get_backend(device).in_branch:
+        # rung 6 writes its tensor maps into one buffer per device before each product: a product on a side
+        # branch of a graph, concurrent with one on the main stream, would race for it; rung 5 keeps none
+        choice = "pipeline"
+    variant = {"variant": choice} if choice is not None else {}
+    launch(device, HGEMM_FILE, "hgemm", a, b, out, outputs=(2,), dtype=compute.name, transpose_a=transpose_a,
+           transpose_b=transpose_b, **variant)
 
 
 def transpose(a: Tensor) -> Tensor:
@@ -125,8 +157,7 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
         return Tensor(backend.get_backend(device).zeros((m, n), dtypes.storage(dtype)), device)
     a16, b16 = convert(a, compute), convert(b, compute)
     out = empty(device, (m, n), dtypes.storage(dtype))
-    launch(device, HGEMM_FILE, "hgemm", a16.data, b16.data, out, outputs=(2,), dtype=compute.name,
-               transpose_a=transpose_a, transpose_b=transpose_b)
+    _hgemm(device, a16.data, b16.data, out, compute, transpose_a, transpose_b)
     return Tensor(out, device)
 
 
@@ -153,6 +184,5 @@ def tensor_core_bmm(a: Tensor, b: Tensor, compute: Any, shape: tuple[int, int, i
     a16, b16 = convert(a, compute), convert(b, compute)
     out = empty(device, (batch, m, n))
     for i in range(batch):
-        launch(device, HGEMM_FILE, "hgemm", a16.data[i], b16.data[i], out[i], outputs=(2,), dtype=compute.name,
-               transpose_a=transpose_a, transpose_b=transpose_b)
+        _hgemm(device, a16.data[i], b16.data[i], out[i], compute, transpose_a, transpose_b)
     return Tensor(out, device)

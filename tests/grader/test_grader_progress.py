@@ -43,7 +43,8 @@ def test_registry_order_and_names():
     assert [p.name for p in PHASES.values() if p.published][:7] == ["phase1", "phase2", "phase3a", "phase3b",
                                                                      "phase4", "phase5", "phase6"]
     assert get_phase("phase5").test_files == ("test_phase5.py", "test_phase5_training.py")
-    assert get_phase("phase1").test_files == ("test_phase1.py",) and get_phase("phase8b").test_files == ("test_phase8b.py",)
+    assert get_phase("phase1").test_files == ("test_phase1.py",)
+    assert get_phase("phase8b").test_files == ("test_phase8b.py", "test_phase8b_capstone.py")
     assert get_phase("phase6").test_files[0] == "test_phase6_softmax.py"
 
 
