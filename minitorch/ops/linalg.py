@@ -135,10 +135,10 @@ def tensor_core_bmm(a: Tensor, b: Tensor, compute: Any, shape: tuple[int, int, i
     """The batched product of float32 ``a`` (batch, M, K) and ``b`` (batch, K, N) (stored transposed where
     asked) on 16-bit operands of format ``compute``, fp32 accumulation, a float32 (batch, M, N) result.
 
-    The operands are rounded once, whole (one conversion launch each); then one ``hgemm`` launch per
-    matrix of the batch, on the contiguous slices: the learner's launcher multiplies matrices, and a
-    batch is that many of them (attention's batches are B·H small matrices; the launches are captured
-    in a graph like any other)."""
+    The operands are rounded once, whole (one conversion launch each); then one ``hgemm`` launch for the
+    whole batch: the learner's launcher takes stacks of matrices, and its kernels pick matrix
+    ``blockIdx.z`` (attention's batches are B·H small matrices: one launch each would cost more than the
+    products)."""
     batch, m, n, k = shape
     device = a.device
     if device == "cpu":
@@ -152,7 +152,6 @@ def tensor_core_bmm(a: Tensor, b: Tensor, compute: Any, shape: tuple[int, int, i
         return Tensor(backend.get_backend(device).zeros((batch, m, n), DTYPE), device)
     a16, b16 = convert(a, compute), convert(b, compute)
     out = empty(device, (batch, m, n))
-    for i in range(batch):
-        launch(device, HGEMM_FILE, "hgemm", a16.data[i], b16.data[i], out[i], outputs=(2,), dtype=compute.name,
-               transpose_a=transpose_a, transpose_b=transpose_b)
+    launch(device, HGEMM_FILE, "hgemm", a16.data, b16.data, out, outputs=(2,), dtype=compute.name,
+           transpose_a=transpose_a, transpose_b=transpose_b)
     return Tensor(out, device)
