@@ -174,11 +174,13 @@ import numpy as np
 from minitorch.kernels import load_kernel
 
 VARIANTS = ("reference",)
+VARIANTS_ASKED = []  # the variant of every call, in order (what ops asks for)
 
 def _bits(a):
     return a.view(np.uint16) if a.dtype == np.float16 else a
 
 def hgemm(a, b, out, dtype, variant="best", transpose_a=False, transpose_b=False):
+    VARIANTS_ASKED.append(variant)
     m, n = out.shape[-2:]  # a matrix, or a stack of them (batch, ...): one launch, grid z = the batch
     k = a.shape[-2] if transpose_a else a.shape[-1]
     name = "hgemm_f32" if out.dtype == np.float32 else "hgemm_16"

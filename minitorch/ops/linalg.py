@@ -26,6 +26,16 @@ from minitorch.tensor import DTYPE, HALF, Tensor
 
 GEMM_FILE = "gemm.py"
 HGEMM_FILE = "hgemm.py"
+# Products whose every output matrix is at most SMALL_OUTPUT x SMALL_OUTPUT (attention's per-head products) run on
+# rung 1 of the ladder ("wmma": one warp a 16 x 16 tile of C); the others on variant "best". Rung 5's block computes
+# a 128 x 128 tile: for a 16 x 16 matrix that is 64 times the output (on the emulator, 64 times the work: a reduced
+# GPT step under bf16 autocast spent two thirds of its time there), and at 64 x 64 still 4 times.
+SMALL_OUTPUT = 64
+
+
+def hgemm_variant(m: int, n: int) -> str:
+    """The rung of ``hgemm.py`` a product with (M, N) output matrices runs on."""
+    return "wmma" if m <= SMALL_OUTPUT and n <= SMALL_OUTPUT else "best"
 
 
 def transpose(a: Tensor) -> Tensor:
@@ -126,7 +136,7 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
     a16, b16 = convert(a, compute), convert(b, compute)
     out = empty(device, (m, n), dtypes.storage(dtype))
     launch(device, HGEMM_FILE, "hgemm", a16.data, b16.data, out, outputs=(2,), dtype=compute.name,
-               transpose_a=transpose_a, transpose_b=transpose_b)
+           variant=hgemm_variant(m, n), transpose_a=transpose_a, transpose_b=transpose_b)
     return Tensor(out, device)
 
 
@@ -153,5 +163,5 @@ def tensor_core_bmm(a: Tensor, b: Tensor, compute: Any, shape: tuple[int, int, i
     a16, b16 = convert(a, compute), convert(b, compute)
     out = empty(device, (batch, m, n))
     launch(device, HGEMM_FILE, "hgemm", a16.data, b16.data, out, outputs=(2,), dtype=compute.name,
-           transpose_a=transpose_a, transpose_b=transpose_b)
+           variant=hgemm_variant(m, n), transpose_a=transpose_a, transpose_b=transpose_b)
     return Tensor(out, device)
