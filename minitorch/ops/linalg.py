@@ -26,16 +26,18 @@ from minitorch.tensor import DTYPE, HALF, Tensor
 
 GEMM_FILE = "gemm.py"
 HGEMM_FILE = "hgemm.py"
-# Products whose every output matrix is at most SMALL_OUTPUT x SMALL_OUTPUT (attention's per-head products) run on
-# rung 1 of the ladder ("wmma": one warp a 16 x 16 tile of C); the others on variant "best". Rung 5's block computes
-# a 128 x 128 tile: for a 16 x 16 matrix that is 64 times the output (on the emulator, 64 times the work: a reduced
-# GPT step under bf16 autocast spent two thirds of its time there), and at 64 x 64 still 4 times.
-SMALL_OUTPUT = 64
+# Small products run on rung 1 of the ladder ("wmma": one warp a 16 x 16 tile of C), the others on variant "best"
+# (rung 5). Small: output matrices of at most one rung-5 block tile's area (128 x 128 values) and a short K. Rung 5's
+# block computes a whole 128 x 128 tile: for attention's 16 x 16 per-head matrices that is 64 times the output, and
+# a 256 x 32 output leaves most of a GPU idle on two blocks where rung 1 spreads it over 32 warps. On the emulator
+# the waste is work: a reduced GPT step under bf16 autocast took 0.85 s of CPU with every product on rung 5, 0.17 s
+# with this rule (fp32: 0.13). A long K stays on rung 5, whose pipeline hides the loads that rung 1 waits for.
+SMALL_OUTPUT_AREA, SMALL_K = 128 * 128, 512
 
 
-def hgemm_variant(m: int, n: int) -> str:
-    """The rung of ``hgemm.py`` a product with (M, N) output matrices runs on."""
-    return "wmma" if m <= SMALL_OUTPUT and n <= SMALL_OUTPUT else "best"
+def hgemm_variant(m: int, n: int, k: int) -> str:
+    """The rung of ``hgemm.py`` a product with (M, N) output matrices and inner dimension K runs on."""
+    return "wmma" if m * n <= SMALL_OUTPUT_AREA and k <= SMALL_K else "best"
 
 
 def transpose(a: Tensor) -> Tensor:
@@ -136,7 +138,7 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
     a16, b16 = convert(a, compute), convert(b, compute)
     out = empty(device, (m, n), dtypes.storage(dtype))
     launch(device, HGEMM_FILE, "hgemm", a16.data, b16.data, out, outputs=(2,), dtype=compute.name,
-           variant=hgemm_variant(m, n), transpose_a=transpose_a, transpose_b=transpose_b)
+           variant=hgemm_variant(m, n, k), transpose_a=transpose_a, transpose_b=transpose_b)
     return Tensor(out, device)
 
 
@@ -163,5 +165,5 @@ def tensor_core_bmm(a: Tensor, b: Tensor, compute: Any, shape: tuple[int, int, i
     a16, b16 = convert(a, compute), convert(b, compute)
     out = empty(device, (batch, m, n))
     launch(device, HGEMM_FILE, "hgemm", a16.data, b16.data, out, outputs=(2,), dtype=compute.name,
-           variant=hgemm_variant(m, n), transpose_a=transpose_a, transpose_b=transpose_b)
+           variant=hgemm_variant(m, n, k), transpose_a=transpose_a, transpose_b=transpose_b)
     return Tensor(out, device)
