@@ -329,6 +329,8 @@ PAIRS: dict[str, SavedPair] = {
                         '"The deliverable: reading handwritten digits" in labs/phase6_cnn.ipynb'),
     "phase7": SavedPair("shakespeare_model.json", ("shakespeare_model.npz",),
                         '"The deliverable: a character-level GPT on Tiny Shakespeare" in labs/phase7_gpt.ipynb'),
+    "phase8a": SavedPair("shakespeare_bf16_model.json", ("shakespeare_bf16_model.npz",),
+                         '"The deliverable: Lab 7\'s GPT in bfloat16" in labs/phase8a_tensor_cores.ipynb'),
 }
 # The graded tests that read a pair (grader/tests/conftest.py checks it before they run; Phase 4's
 # evaluation checks its own, inside and outside the sandbox).
@@ -338,6 +340,7 @@ READ_BY: dict[str, str] = {
     "test_phase5_training.py::test_deliverable_starts_from_your_initialisation": "phase5",
     "test_phase6_mnist.py::test_mnist_model_accuracy_on_the_test_set": "phase6",
     "test_phase7_gpt.py::test_shakespeare_model_validation_loss": "phase7",
+    "test_phase8a_gpt.py::test_bf16_shakespeare_model_validation_loss": "phase8a",
 }
 
 
