@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.only:
         rows += summaries(rows)
     config = {"gpt": GPT_SMALL if args.small else GPT_FULL, "mnist": MNIST_SMALL if args.small else MNIST_FULL,
-              "autocast": "bfloat16", "hgemm_variant": "ops.linalg.hgemm_variant: wmma if M·N <= 128² and K <= 512, else best",
+              "autocast": "bfloat16", "hgemm_variant": "ops.linalg.hgemm_variant: on cuda wmma if M·N <= 2048, else best",
               "bmm": "one hgemm launch a batch (grid z)"}
     if args.small:
         path = Path(tempfile.mkdtemp(prefix="phase8a-amp-small-")) / "phase8a_amp-small.json"

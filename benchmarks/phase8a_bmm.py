@@ -4,9 +4,8 @@ For the products of the GPT's attention under bf16 autocast (B·H matrices of T 
 four backward products), times the lab's ``hgemm.py`` on stacks of matrices (one launch, grid z = the batch) with
 each rung (GPU time), against a loop of one launch per matrix (what ``ops.bmm`` did before batching; the host's
 enqueueing included, as in an eager step) and against PyTorch's
-``torch.bmm`` in bf16 (cuBLAS's batched GEMM) on the same operands. ``ops.linalg.hgemm_variant`` picks rung 1
-(``wmma``) for output matrices of at most 128 x 128 values with K at most 512: these rows say whether that is right
-on a GPU, and that the weight gradients (small outputs, K = B·T = 4096) are right to stay on rung 5.
+``torch.bmm`` in bf16 (cuBLAS's batched GEMM) on the same operands. ``ops.linalg.hgemm_variant`` picks its rung on
+a GPU from these rows: rung 1 (``wmma``) for outputs of at most 2048 values, rung 5 for the others.
 
 On a GPU: ``python benchmarks/phase8a_bmm.py`` writes ``benchmarks/results/phase8a_bmm-<gpu>.json`` (under a minute).
 """
@@ -28,11 +27,7 @@ SHAPES = [("QK^T (B64 H4 T64 D16)", 256, 64, 16, 64, False, True),
           ("PV (B64 H4 T64 D16)", 256, 64, 64, 16, False, False),
           ("dK = dS^T Q (B64 H4 T64 D16)", 256, 64, 64, 16, True, False),
           ("QK^T (B16 H12 T128 D64)", 192, 128, 64, 128, False, True),
-          ("PV (B16 H12 T128 D64)", 192, 128, 128, 64, False, False),
-          # one matrix: the seed GPT's weight gradients dW = Xᵀ dY (B·T = 4096 rows), small outputs, long K
-          ("dW c_attn (64 x 4096 x 192)", 1, 64, 4096, 192, True, False),
-          ("dW proj (256 x 4096 x 64)", 1, 256, 4096, 64, True, False),
-          ("dX c_attn (4096 x 192 x 64)", 1, 4096, 192, 64, False, True)]
+          ("PV (B16 H12 T128 D64)", 192, 128, 128, 64, False, False)]
 RUNGS = ("wmma", "wmma_shared", "pipeline")  # rungs 3-4 are slower than 5 everywhere (phase8a_hgemm-*.json)
 
 

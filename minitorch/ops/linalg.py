@@ -27,17 +27,24 @@ from minitorch.tensor import DTYPE, HALF, Tensor
 GEMM_FILE = "gemm.py"
 HGEMM_FILE = "hgemm.py"
 # Small products run on rung 1 of the ladder ("wmma": one warp a 16 x 16 tile of C), the others on variant "best"
-# (rung 5). Small: output matrices of at most one rung-5 block tile's area (128 x 128 values) and a short K. Rung 5's
-# block computes a whole 128 x 128 tile: for attention's 16 x 16 per-head matrices that is 64 times the output, and
-# a 256 x 32 output leaves most of a GPU idle on two blocks where rung 1 spreads it over 32 warps. On the emulator
-# the waste is work: a reduced GPT step under bf16 autocast took 0.85 s of CPU with every product on rung 5, 0.17 s
-# with this rule (fp32: 0.13). A long K stays on rung 5, whose pipeline hides the loads that rung 1 waits for.
-SMALL_OUTPUT_AREA, SMALL_K = 128 * 128, 512
+# (rung 5, whose block computes a whole 128 x 128 tile of C). What is small depends on what a product costs:
+# - on a GPU, time. Attention's batched products on an H100 (benchmarks/results/phase8a_bmm-*.json, 256 matrices):
+#   64 x 16 outputs (P V, dQ, dK, dV) take 5.3-5.7 us on rung 1 and 9.7-9.9 us on rung 5; 64 x 64 (Q Kᵀ) 10.5 us
+#   against 8.1 us, 128 x 128 29.6 against 11.1 us. So outputs of at most GPU_SMALL_OUTPUT values.
+# - on the emulator, work: every thread of a block runs, so rung 5 computes its whole 128 x 128 tile however small C
+#   is (64 times the output for a 16 x 16 matrix). Outputs of at most one tile's area, K short: a reduced GPT step
+#   under bf16 autocast took 0.85 s of CPU with every product on rung 5, 0.17 s with this rule (fp32: 0.13).
+GPU_SMALL_OUTPUT = 2048
+EMU_SMALL_OUTPUT, EMU_SMALL_K = 128 * 128, 512
 
 
-def hgemm_variant(m: int, n: int, k: int) -> str:
-    """The rung of ``hgemm.py`` a product with (M, N) output matrices and inner dimension K runs on."""
-    return "wmma" if m * n <= SMALL_OUTPUT_AREA and k <= SMALL_K else "best"
+def hgemm_variant(device: str, m: int, n: int, k: int) -> str:
+    """The rung of ``hgemm.py`` a product with (M, N) output matrices and inner dimension K runs on, on ``device``."""
+    if device == "emu":
+        small = m * n <= EMU_SMALL_OUTPUT and k <= EMU_SMALL_K
+    else:
+        small = m * n <= GPU_SMALL_OUTPUT
+    return "wmma" if small else "best"
 
 
 def transpose(a: Tensor) -> Tensor:
@@ -138,7 +145,7 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
     a16, b16 = convert(a, compute), convert(b, compute)
     out = empty(device, (m, n), dtypes.storage(dtype))
     launch(device, HGEMM_FILE, "hgemm", a16.data, b16.data, out, outputs=(2,), dtype=compute.name,
-           variant=hgemm_variant(m, n, k), transpose_a=transpose_a, transpose_b=transpose_b)
+           variant=hgemm_variant(device, m, n, k), transpose_a=transpose_a, transpose_b=transpose_b)
     return Tensor(out, device)
 
 
@@ -165,5 +172,5 @@ def tensor_core_bmm(a: Tensor, b: Tensor, compute: Any, shape: tuple[int, int, i
     a16, b16 = convert(a, compute), convert(b, compute)
     out = empty(device, (batch, m, n))
     launch(device, HGEMM_FILE, "hgemm", a16.data, b16.data, out, outputs=(2,), dtype=compute.name,
-           variant=hgemm_variant(m, n, k), transpose_a=transpose_a, transpose_b=transpose_b)
+           variant=hgemm_variant(device, m, n, k), transpose_a=transpose_a, transpose_b=transpose_b)
     return Tensor(out, device)
