@@ -76,6 +76,35 @@ def test_small_products_run_on_rung_1_and_the_others_on_best(device):
             assert asked == [expected], ((m, k, n), batch, asked)
 
 
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
+def test_a_long_k_weight_gradient_is_split_into_pieces_and_summed(device, out_dtype):
+    """dW = Xᵀ·dY with K = 2048 and a small output: one batched launch over 8 pieces of K (A and B read in place
+    as stacks) and a column sum of the partial products, within the bound of the whole float32 sum; 16-bit
+    operands with a 16-bit result are rounded once, after the sum."""
+    rng = np.random.default_rng(3)
+    k, m, n = 2048, 16, 24
+    x, dy = rng.standard_normal((k, m)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    assert ops.linalg.split_k(m, n, k, True, False) == 8
+    xt, dyt = minitorch.tensor(x, device), minitorch.tensor(dy, device)
+    kernels.reset_launch_counts()
+    if out_dtype == "float32":
+        with amp.autocast("bfloat16"):
+            got = ops.matmul(xt, dyt, transpose_a=True).numpy()
+    else:
+        got16 = ops.matmul(xt.to("bfloat16"), dyt.to("bfloat16"), transpose_a=True)
+        assert got16.dtype == minitorch.bfloat16
+        got = got16.float().numpy()
+    xr, dyr = _rounded(x, "bfloat16"), _rounded(dy, "bfloat16")
+    exact, magnitude = xr.T @ dyr, np.abs(xr).T @ np.abs(dyr)
+    if out_dtype == "float32":
+        _assert_within(got, exact, magnitude, k)
+    else:  # the float32 sum's bound, then one rounding to bf16 (half a unit of 2^-8 relative)
+        assert np.all(np.abs(got - exact) <= 2 * k * 2.0 ** -24 * magnitude + 2.0 ** -8 * np.abs(exact) + 1e-30)
+    if device == "emu":
+        assert sum(n for (_, f), n in kernels.launch_counts().items() if f.startswith("hgemm")) == 1
+        assert _launched("bias_grad") == 1
+
+
 def test_bmm_with_compute_dtype_float32_stays_float32_under_autocast(device):
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal((2, 4, 5)).astype(np.float32)

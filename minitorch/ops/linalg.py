@@ -22,6 +22,7 @@ import numpy as np
 from minitorch import backend, dtypes, kernels
 from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch, matrix
 from minitorch.ops.precision import autocast_dtype, convert
+from minitorch.ops.reduce import bias_grad
 from minitorch.tensor import DTYPE, HALF, Tensor
 
 GEMM_FILE = "gemm.py"
@@ -36,6 +37,24 @@ HGEMM_FILE = "hgemm.py"
 #   under bf16 autocast took 0.85 s of CPU with every product on rung 5, 0.17 s with this rule (fp32: 0.13).
 GPU_SMALL_OUTPUT = 2048
 EMU_SMALL_OUTPUT, EMU_SMALL_K = 128 * 128, 512
+
+
+# Split K: a weight gradient dW = Xᵀ·dY has a small output (C x C' values) and a long K (B·T rows): rung 5 would run
+# it on one or two blocks of a GPU's 132 multiprocessors, each looping over all of K. Stored K-major (Xᵀ read in
+# place, dY as it is), both operands are stacks of SPLIT_K pieces of K without a copy; one batched launch computes
+# the partial products (grid z = the piece) and a column sum (Phase 3b's bias_grad) adds them in float32.
+SPLIT_MIN_K, SPLIT_PIECE_K, SPLIT_MAX, SPLIT_MAX_BLOCKS = 2048, 256, 16, 16
+
+
+def split_k(m: int, n: int, k: int, transpose_a: bool, transpose_b: bool) -> int:
+    """How many pieces of K the product runs as (1: not split)."""
+    blocks = -(-m // 128) * -(-n // 128)  # rung 5's blocks for the whole output
+    if not transpose_a or transpose_b or k < SPLIT_MIN_K or blocks > SPLIT_MAX_BLOCKS:
+        return 1
+    pieces = SPLIT_MAX
+    while pieces > 1 and (k % pieces or k // pieces < SPLIT_PIECE_K):
+        pieces //= 2
+    return pieces
 
 
 def hgemm_variant(device: str, m: int, n: int, k: int) -> str:
@@ -143,6 +162,15 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
     if not (m and n and k):  # nothing to multiply: zeros (a sum of no products), nothing to launch
         return Tensor(backend.get_backend(device).zeros((m, n), dtypes.storage(dtype)), device)
     a16, b16 = convert(a, compute), convert(b, compute)
+    pieces = split_k(m, n, k, transpose_a, transpose_b)
+    if pieces > 1:  # A stored (K, M), B (K, N): both are stacks of pieces along K, read in place
+        partial = empty(device, (pieces, m, n))
+        launch(device, HGEMM_FILE, "hgemm", a16.data.reshape(pieces, k // pieces, m),
+               b16.data.reshape(pieces, k // pieces, n), partial, outputs=(2,), dtype=compute.name,
+               variant=hgemm_variant(device, m, n, k // pieces), transpose_a=True, transpose_b=False)
+        total = bias_grad(Tensor(partial.reshape(pieces, m * n), device))  # the pieces' sum, float32
+        out32 = Tensor(total.data.reshape(m, n), device)
+        return out32 if dtype == DTYPE else convert(out32, dtype)
     out = empty(device, (m, n), dtypes.storage(dtype))
     launch(device, HGEMM_FILE, "hgemm", a16.data, b16.data, out, outputs=(2,), dtype=compute.name,
            variant=hgemm_variant(device, m, n, k), transpose_a=transpose_a, transpose_b=transpose_b)
