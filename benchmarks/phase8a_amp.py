@@ -16,6 +16,10 @@ Runs on the reference solution files of Phases 1-8a (a temporary workspace). For
 On a GPU: ``python benchmarks/phase8a_amp.py`` (about two minutes on an H100) writes
 ``benchmarks/results/phase8a_amp-<gpu>.json``. ``--small`` runs every line on the emulator with reduced models and
 a few steps (PyTorch on the cpu: no captured rows) and writes into a temporary directory: a check of the script.
+``--reduced STEPS`` trains Lab 8a's deliverable in its reduced configuration (the emulator's: Lab 7's reduced model
+and recipe, STEPS steps) in float32 and under bf16 autocast, both scored in float64 by the grader's own forward pass
+(grader/tests/test_phase7_gpt.py) on its 256 windows, and writes ``phase8a_gpt_reduced-<device>.json``: the data
+behind ``phase8a.shakespeare_bf16_val_loss_reduced``.
 """
 
 from __future__ import annotations
@@ -286,16 +290,55 @@ def summaries(rows: list[dict]) -> list[dict]:
     return out
 
 
+def reduced_rows(steps: int) -> list[dict]:
+    """The reduced deliverable trained as Lab 8a trains it, float32 then bf16 autocast, from the same seed and
+    batches; each scored by the grader's float64 forward pass on the saved (float32) weights."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "grader" / "tests"))
+    from test_phase7_gpt import validation_loss
+
+    import minitorch
+    from minitorch import graph, nn, optim, text
+
+    model_cfg, train_cfg = gpt.REDUCED["model"], dict(gpt.REDUCED["train"], steps=steps)
+    tokenizer, train_ids, val_ids = gpt.shakespeare_ids()
+    vocab, b, t = tokenizer.vocab_size, train_cfg["batch_size"], model_cfg["block_size"]
+    rows = []
+    for precision in PRECISIONS:
+        start, cpu = time.perf_counter(), time.process_time()
+        model = nn.GPT(vocab, **model_cfg, seed=gpt.SEED, tie_weights=False, dropout=0.0)
+        opt = optim.AdamW(model.optimizer_groups(gpt.WEIGHT_DECAY), lr=train_cfg["lr"],
+                          schedule=gpt.schedule_of(train_cfg))
+        xb, yb = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
+        captured = graph.capture(gpt_step(model, opt, xb, yb, vocab, precision))
+        windows = text.RandomWindows(train_ids, t, b, seed=gpt.SEED)
+        for _ in range(steps):
+            x, y = windows.sample()
+            xb.copy_from(x)
+            yb.copy_from(y)
+            captured.replay()
+        config = dict(model.config, tie_weights=False)
+        params = {k: np.asarray(v, np.float64) for k, v in model.state_dict().items()}
+        loss = validation_loss(params, config, val_ids)
+        rows.append({"kind": "reduced", "precision": precision, "steps": steps, "val_loss_float64": loss,
+                     "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu,
+                     "cpu_seconds_per_step": (time.process_time() - cpu) / steps, "launches": captured.launches})
+        print(f"reduced, {precision}, {steps} steps: validation loss {loss:.4f} (float64, the grader's windows)",
+              flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--small", action="store_true", help="the emulator, reduced models, a few steps: a check")
     parser.add_argument("--only", choices=("gpt", "mnist"), help="one model (a quicker check)")
+    parser.add_argument("--reduced", type=int, metavar="STEPS", help="the emulator's reduced deliverable, fp32 and "
+                        "bf16, STEPS steps: phase8a_gpt_reduced-<device>.json")
     args = parser.parse_args(argv)
     os.environ["MINITORCH_WORKSPACE"] = tempfile.mkdtemp(prefix="minitorch-bench-")
     import minitorch
     from minitorch.kernels import write_source
 
-    device = "emu" if args.small else "cuda"
+    device = "emu" if args.small or args.reduced else "cuda"
     if device == "cuda" and not minitorch.cuda_available():
         print("no usable GPU: run with --small for a check of the script on the emulator", file=sys.stderr)
         return 1
@@ -305,6 +348,11 @@ def main(argv: list[str] | None = None) -> int:
             write_source(name, source)
     name = gpu_name() if device == "cuda" else emulator_name()
     print(f"device: {name}", flush=True)
+    if args.reduced:
+        write_results("phase8a_gpt_reduced", name, reduced_rows(args.reduced), model=gpt.REDUCED["model"],
+                      train=dict(gpt.REDUCED["train"], steps=args.reduced), autocast="bfloat16",
+                      hgemm_variant="ops.linalg.hgemm_variant")
+        return 0
     rows: list[dict] = []
     if args.only != "mnist":
         rows += gpt_rows(device, GPT_SMALL if args.small else GPT_FULL)
@@ -313,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.only:
         rows += summaries(rows)
     config = {"gpt": GPT_SMALL if args.small else GPT_FULL, "mnist": MNIST_SMALL if args.small else MNIST_FULL,
-              "autocast": "bfloat16", "hgemm_variant": "best"}
+              "autocast": "bfloat16", "hgemm_variant": "ops.linalg.hgemm_variant: on cuda wmma if M·N <= 2048, else best",
+              "bmm": "one hgemm launch a batch (grid z)"}
     if args.small:
         path = Path(tempfile.mkdtemp(prefix="phase8a-amp-small-")) / "phase8a_amp-small.json"
         doc = {"benchmark": "phase8a_amp", "device": name, "date": datetime.date.today().isoformat(),

@@ -331,6 +331,8 @@ PAIRS: dict[str, SavedPair] = {
                         '"The deliverable: reading handwritten digits" in labs/phase6_cnn.ipynb'),
     "phase7": SavedPair("shakespeare_model.json", ("shakespeare_model.npz",),
                         '"The deliverable: a character-level GPT on Tiny Shakespeare" in labs/phase7_gpt.ipynb'),
+    "phase8a": SavedPair("shakespeare_bf16_model.json", ("shakespeare_bf16_model.npz",),
+                         '"The deliverable: Lab 7\'s GPT in bfloat16" in labs/phase8a_tensor_cores.ipynb'),
     "phase8b": SavedPair("nanogpt_model.json", ("nanogpt_model.npz",),
                          '"The capstone: nanoGPT\'s Shakespeare model on your kernels" in labs/phase8b_flash.ipynb',
                          limit=CAPSTONE_FILE_BYTES),
@@ -343,6 +345,7 @@ READ_BY: dict[str, str] = {
     "test_phase5_training.py::test_deliverable_starts_from_your_initialisation": "phase5",
     "test_phase6_mnist.py::test_mnist_model_accuracy_on_the_test_set": "phase6",
     "test_phase7_gpt.py::test_shakespeare_model_validation_loss": "phase7",
+    "test_phase8a_gpt.py::test_bf16_shakespeare_model_validation_loss": "phase8a",
     "test_phase8b_capstone.py::test_capstone_validation_loss": "phase8b",
 }
 

@@ -73,7 +73,8 @@ PHASES: dict[str, Phase] = _chain(
                        "attention.cu", "attention.py", "online_softmax.cu", "clip.cu", "clip.py", "recipe.cu",
                        "recipe.py"))),
     ("phase8a", "Tensor cores (16-bit conversions, the HGEMM ladder, mixed precision)", dict(
-        lab="phase8a_tensor_cores", tests=("test_phase8a.py", "test_phase8a_wgmma.py", "test_phase8a_amp.py"),
+        lab="phase8a_tensor_cores", tests=("test_phase8a.py", "test_phase8a_wgmma.py", "test_phase8a_amp.py",
+                                                   "test_phase8a_gpt.py"),
         learner_files=("convert.cu", "convert.py", "hgemm.cu", "hgemm.py", "hgemm_wgmma.cu", "scaler.cu",
                        "scaler.py"))),
     ("phase8b", "FlashAttention (forward ladder, backward, dropout)", dict(

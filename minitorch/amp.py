@@ -6,8 +6,8 @@ operands (master weights, activations) are rounded to float16 or bfloat16 by the
 multiplied with fp32 accumulation, and the product comes out float32. The backward products run in the
 same 16-bit dtype (recorded by the forward), and the gradients come out float32, into the float32 master
 weights and the optimizer's float32 state. Everything else (elementwise ops, reductions, softmax,
-LayerNorm, losses) stays float32. The batched products inside attention (``ops.bmm``: one ``hgemm`` launch per
-matrix of the batch) and the convolutions (Phase 6's im2col layout kernels around one ``hgemm`` product per
+LayerNorm, losses) stays float32. The batched products inside attention (``ops.bmm``: one ``hgemm`` launch for
+the whole batch, grid z = the batch index) and the convolutions (Phase 6's im2col layout kernels around one ``hgemm`` product per
 pass) run the same way.
 
 The setting itself lives in :mod:`minitorch.ops.precision` (ops read it; they never import this module).

@@ -79,7 +79,8 @@ def _from_16bit(dtype: str) -> Callable:
 
 
 def _hgemm(variant: str) -> Callable:
-    """A rung through hgemm.py, all four layouts; the format alternates with n, the output with the layout."""
+    """A rung through hgemm.py, all four layouts, then a batch of two in one launch; the format alternates with
+    n, the output with the layout."""
     def case(n: int, rng: np.random.Generator):
         hg = kernels.load_module("hgemm.py")
         dtype = FORMATS[n % 2]
@@ -105,6 +106,17 @@ def _hgemm(variant: str) -> Callable:
                          (_bf16_round(exact.astype(np.float32)).astype(np.uint32) << 16).view(np.float32))
             got.append(np.asarray(c, np.float64).ravel())
             expected.append(np.asarray(exact, np.float64).ravel())
+        # a batch of 2 in one launch (grid z), B stored N x K, into float32 (N at most 40: cheap on emu)
+        cols = min(cols, 40)
+        a = rng.integers(-8, 9, (2, m, k)).astype(np.float32)
+        b = rng.integers(-8, 9, (2, k, cols)).astype(np.float32)
+        a16, b16 = ((a.astype(np.float16), b.astype(np.float16)) if dtype == "float16"
+                    else (_bf16_round(a), _bf16_round(b)))
+        out = backend.asarray(np.full((2, m, cols), np.nan, np.float32))
+        hg.hgemm(backend.asarray(a16), backend.asarray(np.ascontiguousarray(np.swapaxes(b16, 1, 2))), out, dtype,
+                 variant, transpose_b=True)
+        got.append(np.asarray(backend.asnumpy(out), np.float64).ravel())
+        expected.append((a.astype(np.float64) @ b.astype(np.float64)).ravel())
         return np.concatenate(got), np.concatenate(expected)
     return case
 

@@ -51,8 +51,58 @@ def test_bmm_under_autocast_multiplies_rounded_operands(device, fmt, ta, tb):
     _assert_within(got.numpy(), ar @ br, np.abs(ar) @ np.abs(br), k)
     exact32 = ((np.swapaxes(a, 1, 2) if ta else a).astype(np.float64) @ (np.swapaxes(b, 1, 2) if tb else b))
     assert np.max(np.abs(got.numpy() - exact32)) > 1e-4  # the operands were rounded, not multiplied in fp32
-    if device == "emu":  # one tensor-core launch per matrix of the batch, none of Phase 7's fp32 bmm
-        assert _launched("hgemm_f32") == batch and _launched("bmm") == 0
+    if device == "emu":  # one tensor-core launch for the whole batch, none of Phase 7's fp32 bmm
+        assert _launched("hgemm_f32") == 1 and _launched("bmm") == 0
+
+
+def test_small_products_run_on_rung_1_and_the_others_on_best(device):
+    """Small products ask hgemm.py for rung 1 ("wmma": a warp a 16 x 16 tile), the others for "best" (rung 5's
+    128 x 128 block tiles and its pipeline), batched or not. Small: on a GPU outputs of at most 2048 values (what
+    an H100 ran faster on rung 1); on the emulator at most 128 x 128 values with K at most 512 (less work)."""
+    if device == "cpu":
+        pytest.skip("no launcher on cpu")
+    asked = kernels.load_module("hgemm.py").VARIANTS_ASKED
+    rng = np.random.default_rng(2)
+    with amp.autocast("bfloat16"):
+        emu = device == "emu"
+        for (m, k, n), batch, expected in (((64, 9, 16), 3, "wmma"), ((64, 9, 64), 3, "wmma" if emu else "best"),
+                                           ((129, 9, 128), 3, "best"), ((64, 9, 32), 0, "wmma"),
+                                           ((256, 512, 64), 0, "wmma" if emu else "best"), ((64, 513, 64), 0, "best"),
+                                           ((128, 9, 129), 0, "best"), ((1, 300, 1), 0, "wmma")):
+            shape_a, shape_b = ((batch, m, k), (batch, k, n)) if batch else ((m, k), (k, n))
+            a, b = (minitorch.tensor(rng.standard_normal(s).astype(np.float32), device) for s in (shape_a, shape_b))
+            asked.clear()
+            ops.bmm(a, b) if batch else ops.matmul(a, b)
+            assert asked == [expected], ((m, k, n), batch, asked)
+
+
+@pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
+def test_a_long_k_weight_gradient_is_split_into_pieces_and_summed(device, out_dtype):
+    """dW = Xᵀ·dY with K = 2048 and a small output: one batched launch over 8 pieces of K (A and B read in place
+    as stacks) and a column sum of the partial products, within the bound of the whole float32 sum; 16-bit
+    operands with a 16-bit result are rounded once, after the sum."""
+    rng = np.random.default_rng(3)
+    k, m, n = 2048, 16, 24
+    x, dy = rng.standard_normal((k, m)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    assert ops.linalg.split_k(m, n, k, True, False) == 8
+    xt, dyt = minitorch.tensor(x, device), minitorch.tensor(dy, device)
+    kernels.reset_launch_counts()
+    if out_dtype == "float32":
+        with amp.autocast("bfloat16"):
+            got = ops.matmul(xt, dyt, transpose_a=True).numpy()
+    else:
+        got16 = ops.matmul(xt.to("bfloat16"), dyt.to("bfloat16"), transpose_a=True)
+        assert got16.dtype == minitorch.bfloat16
+        got = got16.float().numpy()
+    xr, dyr = _rounded(x, "bfloat16"), _rounded(dy, "bfloat16")
+    exact, magnitude = xr.T @ dyr, np.abs(xr).T @ np.abs(dyr)
+    if out_dtype == "float32":
+        _assert_within(got, exact, magnitude, k)
+    else:  # the float32 sum's bound, then one rounding to bf16 (half a unit of 2^-8 relative)
+        assert np.all(np.abs(got - exact) <= 2 * k * 2.0 ** -24 * magnitude + 2.0 ** -8 * np.abs(exact) + 1e-30)
+    if device == "emu":
+        assert sum(n for (_, f), n in kernels.launch_counts().items() if f.startswith("hgemm")) == 1
+        assert _launched("bias_grad") == 1
 
 
 def test_bmm_with_compute_dtype_float32_stays_float32_under_autocast(device):

@@ -121,3 +121,17 @@ def test_products_the_tma_cannot_copy_run_on_rung5(hg, m, k, n, ta, tb, rung6):
     if not rung6:  # rung 5 computed it, on the emulator
         assert kernels.launch_count("hgemm.cu", module.kernel_name("pipeline", "fp16", "float", ta, tb)) == 1
         np.testing.assert_array_equal(backend.asnumpy(out), np.full((m, n), float(k), np.float32))
+
+
+def test_a_stack_of_matrices_runs_on_rung5_in_one_launch(hg):
+    """Rung 6's tensor maps are 2-D: a batch (stacks of matrices) goes to rung 5, one launch for the whole stack
+    (grid z), even when every matrix alone would fit the TMA."""
+    module, launches, _ = hg
+    a = backend.asarray(np.ones((3, 16, 8), np.float16))
+    b = backend.asarray(np.ones((3, 8, 16), np.float16))
+    out = backend.asarray(np.full((3, 16, 16), np.nan, np.float32))
+    kernels.reset_launch_counts()
+    module.hgemm(a, b, out, "float16", "wgmma")
+    assert not launches
+    assert kernels.launch_count("hgemm.cu", module.kernel_name("pipeline", "fp16", "float", False, False)) == 1
+    np.testing.assert_array_equal(backend.asnumpy(out), np.full((3, 16, 16), 8.0, np.float32))

@@ -445,6 +445,66 @@ def test_rung_has_no_shared_memory_race(variant):
         run_hgemm(variant, 33, 40, 17, "bfloat16", True, True, True, salt="race")  # element by element
 
 
+# (batch, M, K, N) of the batched products: odd sizes, a K of 1, a batch of one; attention's shapes on a GPU
+BATCHED = [(3, 17, 24, 33), (2, 40, 1, 9), (1, 9, 40, 16)]
+if ON_GPU:
+    BATCHED += [(24, 128, 64, 128), (5, 257, 72, 130)]
+
+
+def run_batched(variant: str, batch: int, m: int, k: int, n: int, dtype: str, ta: bool, tb: bool,
+                out16: bool) -> None:
+    """hgemm() of stacks of `batch` fresh 16-bit operands (batch, ...) into a poisoned (batch, M, N) output: one
+    launch of the rung for the whole batch, and every matrix within the bound of its own float64 product."""
+    pairs = [operands(m, k, n, dtype, ta, tb, variant, "batch", batch, i) for i in range(batch)]
+    stored_a, stored_b = np.stack([p[0] for p in pairs]), np.stack([p[1] for p in pairs])
+    a, b = backend.asarray(stored_a), backend.asarray(stored_b)
+    out_dtype = STORAGE[dtype] if out16 else np.dtype(np.float32)
+    out = checks.poison((batch, m, n), out_dtype)
+    what = (f"hgemm(variant={variant!r}, dtype={dtype!r}) of a batch of {batch}: op(A) {m} x {k} @ op(B) {k} x {n} "
+            f"into {out_dtype}" + (", A stored K x M" if ta else "") + (", B stored N x K" if tb else ""))
+    checks.reset_launches()
+    checks.run_without_host_transfers(what, lambda: hgemm_module().hgemm(a, b, out, dtype, variant,
+                                                                          transpose_a=ta, transpose_b=tb))
+    kernel = RUNGS.get(variant, RUNGS["pipeline"])
+    launched = launches_of("hgemm.cu", kernel)
+    if launched != 1:
+        raise GradeError(f"{what}: {launched} launches of `{kernel}`, expected 1: a batch is one launch, its "
+                         f"matrices along the grid's z dimension")
+    got = checks.to_host(out)
+    wrong = []
+    for i, (_, _, a64, b64) in enumerate(pairs):
+        try:
+            assert_hgemm_close(got[i], a64, b64, dtype, out16, f"{what}, matrix {i} of the batch")
+        except GradeError as error:
+            wrong.append((i, error))
+    if not wrong:
+        return
+    i, error = wrong[0]
+    lines = [str(error)]
+    if len(wrong) < batch:
+        lines.append(f"  matrices {[j for j, _ in wrong]} of the batch are wrong, the others right")
+    first = pairs[0][2] @ pairs[0][3]
+    widened = widen_host(got[i], dtype) if out16 else got[i].astype(np.float64)
+    if i > 0 and np.allclose(widened, first, rtol=1e-2, atol=1e-2):
+        lines.append(f"  matrix {i} of C holds the product of matrix 0 of A and B: does every kernel move A, B and "
+                     f"C to matrix blockIdx.z of their stacks (select_matrix)?")
+    elif i > 0:
+        lines.append("  matrix 0 is right and a later one is not: matrix z of a stack starts z·M·K elements into A, "
+                     "z·K·N into B and z·M·N into C (select_matrix)")
+    raise GradeError("\n".join(lines))
+
+
+@pytest.mark.parametrize("variant", [rung(v) for v in RUNGS])
+@pytest.mark.hint("a batch (a, b and out stacks of matrices, (batch, rows, cols)) is one launch: the grid's z "
+                  "dimension is the batch, and every kernel first moves A, B and C to matrix blockIdx.z "
+                  "(select_matrix): M·K, K·N and M·N elements apart")
+def test_batched_values(variant):
+    for j, (batch, m, k, n) in enumerate(BATCHED):
+        for dtype in FORMATS:
+            ta, tb = LAYOUTS[(j + FORMATS.index(dtype)) % 4]
+            run_batched(variant, batch, m, k, n, dtype, ta, tb, out16=(j + ta) % 2 == 1)
+
+
 # ---------------------------------------------------------------- the launcher
 
 
@@ -475,6 +535,14 @@ def test_hgemm_launcher_rejects_bad_arguments():
                         TypeError, "numpy")
     checks.expect_error("hgemm with a 1-D b", lambda: hg.hgemm(a, backend.empty(4, f16), out, "float16"),
                         ValueError, "(4,)")
+    stack_a, stack_b = backend.asarray(np.ones((2, 3, 4), f16)), backend.asarray(np.ones((3, 4, 2), f16))
+    checks.expect_error("hgemm of a batch of 2 with a batch of 3", lambda: hg.hgemm(
+        stack_a, stack_b, backend.empty((2, 3, 2)), "float16"), ValueError, "(2, 3, 4)", "(3, 4, 2)")
+    checks.expect_error("hgemm of a batch into one matrix", lambda: hg.hgemm(
+        stack_a, backend.asarray(np.ones((2, 4, 2), f16)), out, "float16"), ValueError, "(3, 2)")
+    checks.expect_error("hgemm of a batch into (2, 2, 3)", lambda: hg.hgemm(
+        stack_a, backend.asarray(np.ones((2, 4, 2), f16)), backend.empty((2, 2, 3)), "float16"), ValueError,
+        "(2, 2, 3)", "(2, 3, 2)")
 
 
 def _has_sm90() -> bool:

@@ -2,7 +2,7 @@
 
 - ``bmm``: a batch of matrix products, operands optionally transposed (read in place on cuda/emu); inside
   ``minitorch.amp.autocast`` (or with ``compute_dtype=``) on 16-bit operands, one launch of the learner's
-  ``hgemm.py`` per matrix of the batch, fp32 accumulation and result (:func:`tensor_core_bmm`);
+  ``hgemm.py`` for the whole batch (grid z = the batch index), fp32 accumulation and result (:func:`tensor_core_bmm`);
 - ``attention_softmax`` / ``attention_softmax_backward``: scale, causal mask and softmax over the last
   dimension, fused;
 - ``split_heads`` / ``merge_heads``: (B, T, parts * C) rows <-> (B, H, T, D) heads, C = H * D (16-bit tensors

@@ -23,19 +23,20 @@ import numpy as np
 from minitorch import backend, dtypes, kernels
 from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch, matrix
 from minitorch.ops.precision import autocast_dtype, convert
+from minitorch.ops.reduce import bias_grad
 from minitorch.tensor import DTYPE, HALF, Tensor
 
 GEMM_FILE = "gemm.py"
 HGEMM_FILE = "hgemm.py"
-# None: the launcher's own default ("best"); a name; or a function of the product's shape giving a name
+# None: the rule of hgemm_variant below; a name; or a function of the product's shape giving a name
 HgemmVariant = str | Callable[[int, int, int, bool, bool], str] | None
 _hgemm_variant: HgemmVariant = None
 
 
 def set_hgemm_variant(variant: HgemmVariant) -> HgemmVariant:
     """The ``variant`` every tensor-core product passes to the learner's ``hgemm.py`` from now on; returns the
-    previous setting. None: none (the launcher's default, its "best"); a name, e.g. ``"wgmma"`` (Lab 8a's
-    rung 6, sm_90 GPUs only); or a function ``(M, N, K, transpose_a, transpose_b) -> name`` choosing by the
+    previous setting. None: :func:`hgemm_variant`'s rule (rung 1 for small outputs, the launcher's "best"
+    otherwise); a name, e.g. ``"wgmma"`` (Lab 8a's rung 6, sm_90 GPUs only); or a function ``(M, N, K, transpose_a, transpose_b) -> name`` choosing by the
     product's shape (e.g. a table of the fastest variant per shape, measured on the card). The launcher
     checks the name."""
     global _hgemm_variant
@@ -46,18 +47,60 @@ def set_hgemm_variant(variant: HgemmVariant) -> HgemmVariant:
     return previous
 
 
-def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: bool, transpose_b: bool) -> None:
+# Small products run on rung 1 of the ladder ("wmma": one warp a 16 x 16 tile of C), the others on variant "best"
+# (rung 5, whose block computes a whole 128 x 128 tile of C). What is small depends on what a product costs:
+# - on a GPU, time. Attention's batched products on an H100 (benchmarks/results/phase8a_bmm-*.json, 256 matrices):
+#   64 x 16 outputs (P V, dQ, dK, dV) take 5.3-5.7 us on rung 1 and 9.7-9.9 us on rung 5; 64 x 64 (Q Kᵀ) 10.5 us
+#   against 8.1 us, 128 x 128 29.6 against 11.1 us. So outputs of at most GPU_SMALL_OUTPUT values.
+# - on the emulator, work: every thread of a block runs, so rung 5 computes its whole 128 x 128 tile however small C
+#   is (64 times the output for a 16 x 16 matrix). Outputs of at most one tile's area, K short: a reduced GPT step
+#   under bf16 autocast took 0.85 s of CPU with every product on rung 5, 0.17 s with this rule (fp32: 0.13).
+GPU_SMALL_OUTPUT = 2048
+EMU_SMALL_OUTPUT, EMU_SMALL_K = 128 * 128, 512
+
+
+# Split K: a weight gradient dW = Xᵀ·dY has a small output (C x C' values) and a long K (B·T rows): rung 5 would run
+# it on one or two blocks of a GPU's 132 multiprocessors, each looping over all of K. Stored K-major (Xᵀ read in
+# place, dY as it is), both operands are stacks of SPLIT_K pieces of K without a copy; one batched launch computes
+# the partial products (grid z = the piece) and a column sum (Phase 3b's bias_grad) adds them in float32.
+SPLIT_MIN_K, SPLIT_PIECE_K, SPLIT_MAX, SPLIT_MAX_BLOCKS = 2048, 256, 16, 16
+
+
+def split_k(m: int, n: int, k: int, transpose_a: bool, transpose_b: bool) -> int:
+    """How many pieces of K the product runs as (1: not split)."""
+    blocks = -(-m // 128) * -(-n // 128)  # rung 5's blocks for the whole output
+    if not transpose_a or transpose_b or k < SPLIT_MIN_K or blocks > SPLIT_MAX_BLOCKS:
+        return 1
+    pieces = SPLIT_MAX
+    while pieces > 1 and (k % pieces or k // pieces < SPLIT_PIECE_K):
+        pieces //= 2
+    return pieces
+
+
+def hgemm_variant(device: str, m: int, n: int, k: int) -> str:
+    """The rung of ``hgemm.py`` a product with (M, N) output matrices and inner dimension K runs on, on ``device``."""
+    if device == "emu":
+        small = m * n <= EMU_SMALL_OUTPUT and k <= EMU_SMALL_K
+    else:
+        small = m * n <= GPU_SMALL_OUTPUT
+    return "wmma" if small else "best"
+
+
+def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: bool, transpose_b: bool,
+           mnk: tuple[int, int, int]) -> None:
+    """One launch of the learner's ``hgemm.py`` (a matrix or a stack of them), on the variant the setting picks."""
+    m, n, k = mnk
     choice = _hgemm_variant
     if callable(choice):
-        k = a.shape[0] if transpose_a else a.shape[1]
-        choice = choice(out.shape[0], out.shape[1], k, transpose_a, transpose_b)
+        choice = choice(m, n, k, transpose_a, transpose_b)
+    if choice is None:
+        choice = hgemm_variant(device, m, n, k)
     if choice == "wgmma" and backend.get_backend(device).in_branch:
         # rung 6 writes its tensor maps into one buffer per device before each product: a product on a side
         # branch of a graph, concurrent with one on the main stream, would race for it; rung 5 keeps none
         choice = "pipeline"
-    variant = {"variant": choice} if choice is not None else {}
-    launch(device, HGEMM_FILE, "hgemm", a, b, out, outputs=(2,), dtype=compute.name, transpose_a=transpose_a,
-           transpose_b=transpose_b, **variant)
+    launch(device, HGEMM_FILE, "hgemm", a, b, out, outputs=(2,), dtype=compute.name, variant=choice,
+           transpose_a=transpose_a, transpose_b=transpose_b)
 
 
 def transpose(a: Tensor) -> Tensor:
@@ -156,8 +199,16 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
     if not (m and n and k):  # nothing to multiply: zeros (a sum of no products), nothing to launch
         return Tensor(backend.get_backend(device).zeros((m, n), dtypes.storage(dtype)), device)
     a16, b16 = convert(a, compute), convert(b, compute)
+    pieces = split_k(m, n, k, transpose_a, transpose_b)
+    if pieces > 1:  # A stored (K, M), B (K, N): both are stacks of pieces along K, read in place
+        partial = empty(device, (pieces, m, n))
+        _hgemm(device, a16.data.reshape(pieces, k // pieces, m), b16.data.reshape(pieces, k // pieces, n), partial,
+               compute, True, False, (m, n, k // pieces))
+        total = bias_grad(Tensor(partial.reshape(pieces, m * n), device))  # the pieces' sum, float32
+        out32 = Tensor(total.data.reshape(m, n), device)
+        return out32 if dtype == DTYPE else convert(out32, dtype)
     out = empty(device, (m, n), dtypes.storage(dtype))
-    _hgemm(device, a16.data, b16.data, out, compute, transpose_a, transpose_b)
+    _hgemm(device, a16.data, b16.data, out, compute, transpose_a, transpose_b, (m, n, k))
     return Tensor(out, device)
 
 
@@ -166,10 +217,10 @@ def tensor_core_bmm(a: Tensor, b: Tensor, compute: Any, shape: tuple[int, int, i
     """The batched product of float32 ``a`` (batch, M, K) and ``b`` (batch, K, N) (stored transposed where
     asked) on 16-bit operands of format ``compute``, fp32 accumulation, a float32 (batch, M, N) result.
 
-    The operands are rounded once, whole (one conversion launch each); then one ``hgemm`` launch per
-    matrix of the batch, on the contiguous slices: the learner's launcher multiplies matrices, and a
-    batch is that many of them (attention's batches are B·H small matrices; the launches are captured
-    in a graph like any other)."""
+    The operands are rounded once, whole (one conversion launch each); then one ``hgemm`` launch for the
+    whole batch: the learner's launcher takes stacks of matrices, and its kernels pick matrix
+    ``blockIdx.z`` (attention's batches are B·H small matrices: one launch each would cost more than the
+    products)."""
     batch, m, n, k = shape
     device = a.device
     if device == "cpu":
@@ -183,6 +234,5 @@ def tensor_core_bmm(a: Tensor, b: Tensor, compute: Any, shape: tuple[int, int, i
         return Tensor(backend.get_backend(device).zeros((batch, m, n), DTYPE), device)
     a16, b16 = convert(a, compute), convert(b, compute)
     out = empty(device, (batch, m, n))
-    for i in range(batch):
-        _hgemm(device, a16.data[i], b16.data[i], out[i], compute, transpose_a, transpose_b)
+    _hgemm(device, a16.data, b16.data, out, compute, transpose_a, transpose_b, (m, n, k))
     return Tensor(out, device)

@@ -32,6 +32,8 @@ B_TRANS = "                    ldmatrix_x4<true>(r, sb + TileB::offset(row, chun
 WAIT = "            cp_async_wait<STAGES - 2>();  // tile kt has landed (this thread's part)\n"
 NEXT = "            const int next = kt + STAGES - 1;\n"
 MMA = "                for (int j = 0; j < NT; ++j) mma16816<T>(acc[i][j], fa[i], fb[j]);\n"
+BATCH_Z = "    const size_t z = blockIdx.z;\n"
+B_STRIDE = "    B += z * K * N;\n"
 ROUND = "        const unsigned rounded = mag + 0xfffu + ((mag >> 13) & 1u);\n"
 NAN = "        return (unsigned short)(sign | 0x7e00u | ((mag >> 13) & 0x3ffu));\n"
 OVERFLOW = "    if (mag >= 0x477ff000u) {\n"
@@ -124,6 +126,26 @@ def test_fp16_accumulator_fails_the_bound_at_large_k(tmp_path):
     [deep] = results(report, "test_rung_values")
     assert failed(deep) and "a float32 accumulation of K = 1000 products" in deep["reason"], deep
     assert "is the accumulator float32?" in deep["reason"], deep
+
+
+@needs_emu
+@pytest.mark.slow
+def test_batch_ignoring_blockidx_z_or_with_the_wrong_stride_is_rejected(tmp_path):
+    """A select_matrix that ignores blockIdx.z (every block z multiplies matrix 0 into matrix 0: the others are
+    never written), and one that moves B by A's matrix size (M·K instead of K·N): single products still pass,
+    the batched check does not, and says where to look."""
+    for name, (old, new) in {"z": (BATCH_Z, "    const size_t z = 0;\n"),
+                             "stride": (B_STRIDE, "    B += z * M * K;\n")}.items():
+        files = solution_sources()
+        files["hgemm.cu"] = replace_once(files["hgemm.cu"], old, new)
+        (tmp_path / name).mkdir()
+        report = grade(tmp_path / name, files, "-k",
+                       "(test_batched_values or test_rung_values) and swizzle and not 300 and not 1000 and not 136")
+        [batched] = results(report, "test_batched_values")
+        assert failed(batched) and "select_matrix" in batched["reason"], (name, batched)
+        assert "of the batch" in batched["reason"], (name, batched)
+        single = results(report, "test_rung_values")
+        assert single and all(c["result"] == "PASS" for c in single), (name, single)
 
 
 @needs_emu
