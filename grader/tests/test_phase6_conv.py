@@ -25,7 +25,8 @@ ON_GPU = backend.get_device() == "cuda"
 EPS32 = float(np.finfo(np.float32).eps)
 FORWARD = {"direct": "conv2d_direct", "im2col": "im2col", "tiled": "conv2d_tiled", "igemm": "conv2d_igemm",
            "winograd": "winograd_gemm", "winograd4": "winograd4_input"}
-BACKWARD_INPUT = {"direct": "conv2d_backward_input", "im2col": "col2im", "igemm": "conv2d_backward_input_igemm",
+BACKWARD_INPUT = {"direct": "conv2d_backward_input", "im2col": "col2im", "tiled": "conv2d_backward_input_tiled",
+                  "igemm": "conv2d_backward_input_igemm",
                   "winograd": "winograd_filter", "winograd4": "winograd4_filter"}
 BACKWARD_WEIGHT = {"direct": "conv2d_backward_weight", "im2col": "im2col", "tiled": "conv2d_backward_weight_tiled",
                    "igemm": "conv2d_backward_weight_igemm"}
@@ -300,6 +301,11 @@ def test_conv_backward_input_values(variant, shape):
                             f"at most 2)", lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant),
                             ValueError, "winograd")
         return
+    if variant == "tiled" and stride != 1:
+        checks.expect_error(f"{what} (the input's tiled rung computes stride 1)",
+                            lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant), ValueError,
+                            "stride")
+        return
     checks.reset_launches()
     on_device(what, lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant))
     if variant in BACKWARD_INPUT:
@@ -360,6 +366,7 @@ def test_conv_bias_grad_values(dy_shape):
 
 @pytest.mark.parametrize("kernel", ["conv2d_tiled", "conv2d_backward_weight_tiled", "conv2d_backward_weight",
                                     "conv2d_bias_grad", "conv2d_igemm", "conv2d_backward_input_igemm",
+                                    "conv2d_backward_input_tiled",
                                     "conv2d_backward_weight_igemm", "winograd_gemm"])
 @pytest.mark.hint("a barrier after a tile is stored and before it is read, another before it is overwritten",
                   on="fault")
@@ -379,9 +386,10 @@ def test_conv_kernels_have_no_shared_memory_race(kernel):
             out = checks.poison(dy_h.shape)
             variant = {"conv2d_tiled": "tiled", "conv2d_igemm": "igemm", "winograd_gemm": "winograd"}[kernel]
             launch_checked(what, lambda: conv().conv2d(x, wt, b, out, stride, pad, variant))
-        elif kernel == "conv2d_backward_input_igemm":
+        elif kernel in ("conv2d_backward_input_igemm", "conv2d_backward_input_tiled"):
             out = checks.poison(x_h.shape)
-            launch_checked(what, lambda: conv().conv2d_backward_input(dy, wt, out, stride, pad, "igemm"))
+            variant = kernel.rpartition("_")[2]
+            launch_checked(what, lambda: conv().conv2d_backward_input(dy, wt, out, stride, pad, variant))
         elif kernel == "conv2d_bias_grad":
             out = checks.poison((k,))
             launch_checked(what, lambda: conv().conv2d_bias_grad(dy, out))
@@ -423,7 +431,7 @@ def test_conv_launcher_rejects_bad_arguments():
 
 @pytest.mark.parametrize("call", ["forward-direct", "forward-im2col", "forward-tiled", "forward-igemm",
                                   "forward-winograd", "forward-winograd4", "input-direct", "input-im2col",
-                                  "input-igemm", "input-winograd", "input-winograd4", "weight-direct", "weight-tiled", "weight-igemm", "bias"])
+                                  "input-tiled", "input-igemm", "input-winograd", "input-winograd4", "weight-direct", "weight-tiled", "weight-igemm", "bias"])
 @pytest.mark.hint("compute the result with your kernels, on the device: no NumPy/CuPy/PyTorch result copied in "
                   "after the launch")
 def test_conv_results_come_from_your_kernels(call):
