@@ -386,10 +386,18 @@ def test_conv_kernels_have_no_shared_memory_race(kernel):
             out = checks.poison(dy_h.shape)
             variant = {"conv2d_tiled": "tiled", "conv2d_igemm": "igemm", "winograd_gemm": "winograd"}[kernel]
             launch_checked(what, lambda: conv().conv2d(x, wt, b, out, stride, pad, variant))
-        elif kernel in ("conv2d_backward_input_igemm", "conv2d_backward_input_tiled"):
+        elif kernel == "conv2d_backward_input_igemm":
             out = checks.poison(x_h.shape)
-            variant = kernel.rpartition("_")[2]
-            launch_checked(what, lambda: conv().conv2d_backward_input(dy, wt, out, stride, pad, variant))
+            launch_checked(what, lambda: conv().conv2d_backward_input(dy, wt, out, stride, pad, "igemm"))
+        elif kernel == "conv2d_backward_input_tiled":
+            # launched as the lab says, with 2 channels of dy a step: the block overwrites its tiles 5 times (the
+            # launcher stages all 9 at once, and a missing second barrier would never show)
+            out, kgroup = checks.poison(x_h.shape), 2
+            sizes = tuple(np.int32(v) for v in (n, c, h, w, k, r, r, stride, pad, h, w))
+            launch = kernels.load_kernel("conv.cu", kernel)
+            launch_checked(what, lambda: launch((((h + 15) // 16) * ((w + 15) // 16), (c + 1) // 2, n), (16, 16),
+                                                (dy, wt, out, *sizes, np.int32(kgroup)),
+                                                shared_mem=4 * kgroup * ((15 + r) * (15 + r) + r * r * 2)))
         elif kernel == "conv2d_bias_grad":
             out = checks.poison((k,))
             launch_checked(what, lambda: conv().conv2d_bias_grad(dy, out))
