@@ -8,6 +8,8 @@ thread waits for memory, not to arithmetic. This benchmark measures, in one proc
 - ``pass = "backward_input"``: the direct gather (``conv2d_backward_input``, one thread an element), and the
   tiled kernel ``conv2d_backward_input_tiled`` for ``ict`` (conv.cu's ``ICT``: input channels a block; the
   source is compiled once per value) and ``kgroup`` (channels of dy staged a step);
+- ``pass = "forward"``: rung 3, ``conv2d_tiled``, for ``ktile`` (conv.cu's ``KTILE``: output channels a
+  block) and ``cgroup`` (``CGROUP``: input channels staged a step), against ``torch.nn.functional.conv2d``;
 - ``pass = "backward_bias"``: ``conv2d_bias_grad`` with ``splits`` blocks a channel of ``threads`` threads
   (``chunk`` values each), plus ``splitk_reduce`` where ``splits > 1``; against ``dy.sum(dim=(0, 2, 3))``.
 
@@ -116,6 +118,49 @@ def input_rows(name: str, shape: tuple, timer: Timer, gpu: bool, conv_source: st
     return rows
 
 
+def _ref_forward(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """y of a 3 x 3 convolution at stride 1, padding 1, in float64 (no bias)."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (3, 3), axis=(2, 3))
+    return np.einsum("nchwrs,kcrs->nkhw", win, w.astype(np.float64), optimize=True)
+
+
+def forward_rows(name: str, shape: tuple, timer: Timer, gpu: bool, conv_source: str, torch) -> list[dict]:
+    """Rung 3 (conv2d_tiled) for KTILE output channels a block and CGROUP input channels a step."""
+    from minitorch import backend
+    from minitorch.kernels import load_kernel, write_source
+
+    n, c, h, w, k = shape
+    rng = np.random.default_rng(2)
+    x_h, w_h = rng.standard_normal((n, c, h, w), np.float32), rng.standard_normal((k, c, 3, 3), np.float32)
+    x, wc, b = backend.asarray(x_h), backend.asarray(w_h), backend.zeros((k,))
+    if torch is not None:
+        xt, wt = (torch.as_tensor(a, device="cuda" if gpu else "cpu") for a in (x_h, w_h))
+    expected, t_ref = _reference(torch, gpu, lambda: _ref_forward(x_h, w_h),
+                                 lambda: torch.nn.functional.conv2d(xt, wt, padding=1), timer)
+    base = {"kind": "conv", "shape": name, "n": n, "c": c, "h": h, "w": w, "k": k, "pass": "forward"}
+    rows = [] if t_ref is None else [_row(base, t_ref, t_ref, variant="cudnn")]
+    sizes = _ints(n, c, h, w, k, 3, 3, 1, 1, h, w)
+    tiles = ((h + 15) // 16) * ((w + 15) // 16)
+    for ktile in (2, 4, 8):
+        for cgroup in (4, 8):
+            source = re.sub(r"#define KTILE \d+", f"#define KTILE {ktile}", conv_source)
+            write_source("conv.cu", re.sub(r"#define CGROUP \d+", f"#define CGROUP {cgroup}", source))
+            tiled = load_kernel("conv.cu", "conv2d_tiled")
+            y = backend.asarray(np.full((n, k, h, w), np.nan, np.float32))
+
+            def run(ktile=ktile, cgroup=cgroup, tiled=tiled, y=y):
+                tiled((tiles, (k + ktile - 1) // ktile, n), (16, 16), (x, wc, b, y, *sizes),
+                      shared_mem=4 * cgroup * (18 * 18 + ktile * 9))
+            run()
+            _check(f"{name} forward tiled ktile {ktile} cgroup {cgroup}", backend.asnumpy(y), expected)
+            seconds = timer(run)
+            rows.append(_row(base, t_ref, seconds, variant="tiled", ktile=ktile, cgroup=cgroup))
+            print(f"{name} forward: tiled ktile {ktile} cgroup {cgroup}: {seconds * 1e6:.1f} us", flush=True)
+    write_source("conv.cu", conv_source)
+    return rows
+
+
 def bias_rows(name: str, shape: tuple, timer: Timer, gpu: bool, torch) -> list[dict]:
     from minitorch import backend
     from minitorch.kernels import load_kernel
@@ -186,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, shape in (SHAPES if gpu else SMALL_SHAPES).items():
         if name != "resnet":
             rows += input_rows(name, shape, timer, gpu, sources["conv.cu"], torch)
+            rows += forward_rows(name, shape, timer, gpu, sources["conv.cu"], torch)
         rows += bias_rows(name, shape, timer, gpu, torch)
     import common
 
