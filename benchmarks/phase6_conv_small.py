@@ -6,8 +6,9 @@ thread waits for memory, not to arithmetic. This benchmark measures, in one proc
 (cuDNN's, TF32 off) time for the same pass, the choices the launchers of ``conv.py`` make for such a layer:
 
 - ``pass = "backward_input"``: the direct gather (``conv2d_backward_input``, one thread an element), and the
-  tiled kernel ``conv2d_backward_input_tiled`` for ``ict`` (conv.cu's ``ICT``: input channels a block; the
-  source is compiled once per value) and ``kgroup`` (channels of dy staged a step);
+  tiled kernel ``conv2d_backward_input_tiled`` for ``ict`` (conv.cu's ``ICT``: input channels a block),
+  ``istage`` (``ISTAGE``: rows of dy a thread loads before it stores them; the source is compiled once per
+  pair) and ``kgroup`` (channels of dy staged a step);
 - ``pass = "forward"``: rung 3, ``conv2d_tiled``, for ``ktile`` (conv.cu's ``KTILE``: output channels a
   block) and ``cgroup`` (``CGROUP``: input channels staged a step), against ``torch.nn.functional.conv2d``;
 - ``pass = "backward_bias"``: ``conv2d_bias_grad`` with ``splits`` blocks a channel of ``threads`` threads
@@ -35,7 +36,8 @@ from phase6_conv import LABS, Timer
 
 SHAPES = {"mnist-conv1": (64, 1, 28, 28, 8), "mnist-conv2": (64, 8, 14, 14, 16), "resnet": (64, 64, 56, 56, 64)}
 SMALL_SHAPES = {"mnist-conv1": (2, 1, 28, 28, 8), "mnist-conv2": (2, 8, 14, 14, 16)}
-ICTS = (1, 2, 4)
+ICTS = (2, 4)
+ISTAGES = (4, 8, 16)
 BIAS_CONFIGS = [(1, 1024), (1, 512), (1, 256), (2, 512), (4, 256), (8, 256), (16, 256), (32, 256)]
 
 
@@ -94,13 +96,14 @@ def input_rows(name: str, shape: tuple, timer: Timer, gpu: bool, conv_source: st
     seconds = timer(run)
     rows.append(_row(base, t_ref, seconds, variant="direct"))
     print(f"{name} input: cuDNN {(t_ref or 0) * 1e6:.1f} us, direct {seconds * 1e6:.1f} us", flush=True)
-    for ict in ICTS:
+    for ict, istage in ((i, s) for i in ICTS for s in ISTAGES):
         source, count = re.subn(r"#define ICT \d+", f"#define ICT {ict}", conv_source)
-        assert count == 1, "conv.cu defines ICT once"
+        source, count2 = re.subn(r"#define ISTAGE \d+", f"#define ISTAGE {istage}", source)
+        assert count == count2 == 1, "conv.cu defines ICT and ISTAGE once"
         write_source("conv.cu", source)
         tiled = load_kernel("conv.cu", "conv2d_backward_input_tiled")
         tiles = ((h + 15) // 16) * ((w + 15) // 16)
-        for kgroup in sorted({k, max(1, k // 2), max(1, k // 4)}, reverse=True):
+        for kgroup in sorted({k, max(1, k // 2)}, reverse=True):
             smem = 4 * kgroup * (18 * 18 + 9 * ict)
             if smem > 48 * 1024:
                 continue
@@ -112,8 +115,9 @@ def input_rows(name: str, shape: tuple, timer: Timer, gpu: bool, conv_source: st
             run()
             _check(f"{name} tiled ict {ict} kgroup {kgroup}", backend.asnumpy(dx), expected)
             seconds = timer(run)
-            rows.append(_row(base, t_ref, seconds, variant="tiled", ict=ict, kgroup=kgroup))
-            print(f"{name} input: tiled ict {ict} kgroup {kgroup}: {seconds * 1e6:.1f} us", flush=True)
+            rows.append(_row(base, t_ref, seconds, variant="tiled", ict=ict, istage=istage, kgroup=kgroup))
+            print(f"{name} input: tiled ict {ict} istage {istage} kgroup {kgroup}: {seconds * 1e6:.1f} us",
+                  flush=True)
     write_source("conv.cu", conv_source)
     return rows
 

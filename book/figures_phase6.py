@@ -43,7 +43,8 @@ except ModuleNotFoundError:  # Python 3.10
 SCRIPTS = {"phase6_conv": "benchmarks/phase6_conv.py", "phase6_mnist": "benchmarks/phase6_mnist.py",
            "phase6_mnist_recipe": "benchmarks/phase6_mnist_recipe.py",
            "phase6_conv_error": "benchmarks/phase6_conv_error.py",
-           "phase6_conv_sweep": "benchmarks/phase6_conv_sweep.py"}
+           "phase6_conv_sweep": "benchmarks/phase6_conv_sweep.py",
+           "phase6_conv_small": "benchmarks/phase6_conv_small.py"}
 SKY = "#56B4E9"  # Okabe-Ito's sky blue, for the Winograd rung
 DEEP_SKY = "#1F6F9F"  # a darker sky blue, for the Winograd F(4x4, 3x3) rung
 # The rungs in the ladder's order; a rung the JSON does not hold (measured before it existed) is absent.
@@ -270,6 +271,40 @@ def phase6_conv_sweep(text_name: str = "phase6-conv-sweep-text") -> None:
     glue_md(text_name, "The weight gradient against cuDNN for chunks of at least `MIN_CHUNK` positions "
             "(`SPLIT_BLOCKS` 1024): " + "; ".join(parts) + ". `conv.py` now takes `MIN_CHUNK` = 128 and runs "
             "`igemm` from 16 output channels (`tiled` below). " + res.provenance)
+
+
+def phase6_conv_small(text_name: str = "phase6-conv-small-text") -> None:
+    """MNIST's second layer: the input gradient's direct and tiled kernels and the bias gradient's grids, each
+    against cuDNN, from benchmarks/phase6_conv_small.py's sweep."""
+    res = latest("phase6_conv_small")
+    if res is None:
+        glue_md(text_name, missing_md("phase6_conv_small", SCRIPTS["phase6_conv_small"], "a GPU"))
+        return
+    shape = "mnist-conv2"
+    rows = [r for r in res.rows if r["shape"] == shape and r.get("ratio")]
+    cudnn = {r["pass"]: r for r in rows if r["variant"] == "cudnn"}
+
+    def at(r: dict) -> str:
+        return f"{fmt_time(r['seconds'])} ({r['ratio']:.2f}×)"
+
+    parts = []
+    inputs = [r for r in rows if r["pass"] == "backward_input" and r["variant"] != "cudnn"]
+    if inputs and "backward_input" in cudnn:
+        direct = [r for r in inputs if r["variant"] == "direct"]
+        tiled = sorted((r for r in inputs if r["variant"] == "tiled"), key=lambda r: r["seconds"])
+        each = ", ".join(f"{r['ict']} channels a block and {r['kgroup']} of dy's a step {at(r)}" for r in tiled)
+        parts.append(f"its input gradient took {fmt_time(cudnn['backward_input']['seconds'])} in cuDNN, "
+                     + (f"{at(direct[0])} in the direct gather" if direct else "")
+                     + (f", and in the tiled kernel with {each}" if tiled else ""))
+    bias = sorted((r for r in rows if r["pass"] == "backward_bias" and r["variant"] == "split"),
+                  key=lambda r: r["seconds"])
+    if bias and "backward_bias" in cudnn:
+        each = ", ".join(f"{r['splits']} block{'s' if r['splits'] > 1 else ''} of {r['threads']} threads a "
+                         f"channel{'' if r['splits'] == 1 else ' and `splitk_reduce`'} {at(r)}" for r in bias)
+        parts.append(f"its bias gradient {fmt_time(cudnn['backward_bias']['seconds'])} in PyTorch and, in ours, "
+                     + each)
+    glue_md(text_name, f"On {SHAPE_LABEL[shape].split(' (')[0]}, against cuDNN (× its speed): "
+            + "; ".join(parts) + ". " + res.provenance)
 
 
 def phase6_maxpool(text_name: str = "phase6-maxpool-text") -> None:

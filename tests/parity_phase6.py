@@ -134,8 +134,8 @@ def _conv(function: str) -> Callable:
             else:
                 ih, iw = 15 * stride + r, 15 * stride + r
                 tiles = ((p + 15) // 16) * ((q + 15) // 16)
-                launch((tiles, (k + 7) // 8, nb), (16, 16), (_dev(x), _dev(w), _dev(b), y, *sizes),
-                       shared_mem=4 * 4 * (ih * iw + 8 * r * r))  # 4 channels (CGROUP) a step
+                launch((tiles, (k + 3) // 4, nb), (16, 16), (_dev(x), _dev(w), _dev(b), y, *sizes),
+                       shared_mem=4 * 4 * (ih * iw + 4 * r * r))  # 4 channels (CGROUP) a step, 4 filters (KTILE)
             return backend.asnumpy(y), _ref_conv(x, w, stride, pad) + b[None, :, None, None]
         if function == "im2col":
             cols = _poison((c * r * r, nb * p * q))
