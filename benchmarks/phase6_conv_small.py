@@ -8,7 +8,8 @@ thread waits for memory, not to arithmetic. This benchmark measures, in one proc
 - ``pass = "backward_input"``: the direct gather (``conv2d_backward_input``, one thread an element), and the
   tiled kernel ``conv2d_backward_input_tiled`` for ``ict`` (conv.cu's ``ICT``: input channels a block),
   ``istage`` (``ISTAGE``: rows of dy a thread loads before it stores them; the source is compiled once per
-  pair) and ``kgroup`` (channels of dy staged a step);
+  pair), ``kgroup`` (channels of dy staged a step) and ``unroll_rs`` (an experiment: its r and s loops
+  unrolled by 3);
 - ``pass = "forward"``: rung 3, ``conv2d_tiled``, for ``ktile`` (conv.cu's ``KTILE``: output channels a
   block) and ``cgroup`` (``CGROUP``: input channels staged a step), against ``torch.nn.functional.conv2d``;
 - ``pass = "backward_bias"``: ``conv2d_bias_grad`` with ``splits`` blocks a channel of ``threads`` threads
@@ -38,6 +39,17 @@ SHAPES = {"mnist-conv1": (64, 1, 28, 28, 8), "mnist-conv2": (64, 8, 14, 14, 16),
 SMALL_SHAPES = {"mnist-conv1": (2, 1, 28, 28, 8), "mnist-conv2": (2, 8, 14, 14, 16)}
 ICTS = (2, 4)
 ISTAGES = (4, 8, 16)
+# an experiment, not conv.cu's code: the tiled input gradient's r and s loops unrolled by 3 (a 3 x 3 filter's
+# nine products without a loop test, their shared-memory loads issued together)
+UNROLL_SITES = ("            for (int r = 0; r < R; ++r) {\n                const float* row = dy_tile",
+                "                for (int s = 0; s < S; ++s) {\n                    float v = row[-s];")
+
+
+def unrolled(source: str) -> str:
+    for site in UNROLL_SITES:
+        assert source.count(site) == 1, f"conv.cu has no single {site!r}"
+        source = source.replace(site, "#pragma unroll 3\n" + site)
+    return source
 BIAS_CONFIGS = [(1, 1024), (1, 512), (1, 256), (2, 512), (4, 256), (8, 256), (16, 256), (32, 256)]
 
 
@@ -96,11 +108,12 @@ def input_rows(name: str, shape: tuple, timer: Timer, gpu: bool, conv_source: st
     seconds = timer(run)
     rows.append(_row(base, t_ref, seconds, variant="direct"))
     print(f"{name} input: cuDNN {(t_ref or 0) * 1e6:.1f} us, direct {seconds * 1e6:.1f} us", flush=True)
-    for ict, istage in ((i, s) for i in ICTS for s in ISTAGES):
+    configs = [(i, s, False) for i in ICTS for s in ISTAGES] + [(i, 8, True) for i in ICTS]
+    for ict, istage, unroll in configs:
         source, count = re.subn(r"#define ICT \d+", f"#define ICT {ict}", conv_source)
         source, count2 = re.subn(r"#define ISTAGE \d+", f"#define ISTAGE {istage}", source)
         assert count == count2 == 1, "conv.cu defines ICT and ISTAGE once"
-        write_source("conv.cu", source)
+        write_source("conv.cu", unrolled(source) if unroll else source)
         tiled = load_kernel("conv.cu", "conv2d_backward_input_tiled")
         tiles = ((h + 15) // 16) * ((w + 15) // 16)
         for kgroup in sorted({k, max(1, k // 2)}, reverse=True):
@@ -115,9 +128,10 @@ def input_rows(name: str, shape: tuple, timer: Timer, gpu: bool, conv_source: st
             run()
             _check(f"{name} tiled ict {ict} kgroup {kgroup}", backend.asnumpy(dx), expected)
             seconds = timer(run)
-            rows.append(_row(base, t_ref, seconds, variant="tiled", ict=ict, istage=istage, kgroup=kgroup))
-            print(f"{name} input: tiled ict {ict} istage {istage} kgroup {kgroup}: {seconds * 1e6:.1f} us",
-                  flush=True)
+            rows.append(_row(base, t_ref, seconds, variant="tiled", ict=ict, istage=istage, kgroup=kgroup,
+                             unroll_rs=unroll))
+            print(f"{name} input: tiled ict {ict} istage {istage} kgroup {kgroup}{' unroll 3' if unroll else ''}: "
+                  f"{seconds * 1e6:.1f} us", flush=True)
     write_source("conv.cu", conv_source)
     return rows
 
