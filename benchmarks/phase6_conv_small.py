@@ -18,7 +18,8 @@ thread waits for memory, not to arithmetic. This benchmark measures, in one proc
 Rows: ``shape``, ``n, c, h, w, k``, ``pass``, ``variant`` (``cudnn``, ``direct``, ``tiled``, ``split``),
 the parameters, ``seconds`` (the grader's CUDA-event timing, L2 flushed, host overhead hidden) and ``ratio``
 (PyTorch's time / ours). Every configuration is checked against PyTorch before it is timed. Writes
-``benchmarks/results/phase6_conv_small-<gpu>.json``. ``--small`` runs every line on the emulator with a
+``benchmarks/results/phase6_conv_small-<gpu>.json``. ``--quick`` measures MNIST's second layer only, and rung 3
+with conv.cu's own KTILE and CGROUP. ``--small`` runs every line on the emulator with a
 batch of 2 (PyTorch on the CPU, the host clock) and writes to a temporary directory.
 """
 
@@ -143,8 +144,10 @@ def _ref_forward(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.einsum("nchwrs,kcrs->nkhw", win, w.astype(np.float64), optimize=True)
 
 
-def forward_rows(name: str, shape: tuple, timer: Timer, gpu: bool, conv_source: str, torch) -> list[dict]:
-    """Rung 3 (conv2d_tiled) for KTILE output channels a block and CGROUP input channels a step."""
+def forward_rows(name: str, shape: tuple, timer: Timer, gpu: bool, conv_source: str, torch,
+                 quick: bool = False) -> list[dict]:
+    """Rung 3 (conv2d_tiled) for KTILE output channels a block and CGROUP input channels a step (quick: conv.cu's
+    own), and rung 5 (Winograd F(2x2, 3x3)) through conv.py."""
     from minitorch import backend
     from minitorch.kernels import load_kernel, write_source
 
@@ -162,6 +165,9 @@ def forward_rows(name: str, shape: tuple, timer: Timer, gpu: bool, conv_source: 
     tiles = ((h + 15) // 16) * ((w + 15) // 16)
     for ktile in (2, 4, 8):
         for cgroup in (4, 8):
+            own = re.search(rf"#define KTILE {ktile}\n#define CGROUP {cgroup}\n", conv_source) is not None
+            if quick and not own:
+                continue
             source = re.sub(r"#define KTILE \d+", f"#define KTILE {ktile}", conv_source)
             write_source("conv.cu", re.sub(r"#define CGROUP \d+", f"#define CGROUP {cgroup}", source))
             tiled = load_kernel("conv.cu", "conv2d_tiled")
@@ -176,6 +182,15 @@ def forward_rows(name: str, shape: tuple, timer: Timer, gpu: bool, conv_source: 
             rows.append(_row(base, t_ref, seconds, variant="tiled", ktile=ktile, cgroup=cgroup))
             print(f"{name} forward: tiled ktile {ktile} cgroup {cgroup}: {seconds * 1e6:.1f} us", flush=True)
     write_source("conv.cu", conv_source)
+    from minitorch.kernels import load_module
+
+    cv = load_module("conv.py")
+    y = backend.asarray(np.full((n, k, h, w), np.nan, np.float32))
+    cv.conv2d(x, wc, b, y, 1, 1, "winograd")
+    _check(f"{name} forward winograd", backend.asnumpy(y), expected)
+    seconds = timer(lambda: cv.conv2d(x, wc, b, y, 1, 1, "winograd"))
+    rows.append(_row(base, t_ref, seconds, variant="winograd"))
+    print(f"{name} forward: winograd {seconds * 1e6:.1f} us", flush=True)
     return rows
 
 
@@ -216,6 +231,7 @@ def bias_rows(name: str, shape: tuple, timer: Timer, gpu: bool, torch) -> list[d
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--small", action="store_true", help="the emulator, batch 2, PyTorch on the CPU")
+    parser.add_argument("--quick", action="store_true", help="MNIST's second layer only; rung 3 as conv.cu has it")
     parser.add_argument("--out", help="directory for the JSON (default: benchmarks/results; a temporary one "
                                       "with --small)")
     args = parser.parse_args(argv)
@@ -247,9 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     timer = Timer(gpu)
     rows: list[dict] = []
     for name, shape in (SHAPES if gpu else SMALL_SHAPES).items():
+        if args.quick and name != "mnist-conv2":
+            continue
         if name != "resnet":
             rows += input_rows(name, shape, timer, gpu, sources["conv.cu"], torch)
-            rows += forward_rows(name, shape, timer, gpu, sources["conv.cu"], torch)
+            rows += forward_rows(name, shape, timer, gpu, sources["conv.cu"], torch, args.quick)
         rows += bias_rows(name, shape, timer, gpu, torch)
     import common
 
