@@ -292,7 +292,9 @@ def phase6_conv_small(text_name: str = "phase6-conv-small-text") -> None:
                      key=lambda r: (r["ktile"], r["cgroup"]))
     if forward and "forward" in cudnn:
         each = ", ".join(f"{r['ktile']} filters a block and {r['cgroup']} channels a step {at(r)}" for r in forward)
-        parts.append(f"its forward pass took {fmt_time(cudnn['forward']['seconds'])} in cuDNN and, in rung 3, {each}")
+        wino = [r for r in rows if r["pass"] == "forward" and r["variant"] == "winograd"]
+        parts.append(f"its forward pass took {fmt_time(cudnn['forward']['seconds'])} in cuDNN and, in rung 3, {each}"
+                     + (f"; in Winograd F(2×2, 3×3) {at(wino[0])}" if wino else ""))
     inputs = [r for r in rows if r["pass"] == "backward_input" and r["variant"] != "cudnn"]
     if inputs and "backward_input" in cudnn:
         direct = [r for r in inputs if r["variant"] == "direct"]
