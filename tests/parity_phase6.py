@@ -198,7 +198,7 @@ def _conv(function: str) -> Callable:
             return backend.asnumpy(y), _ref_conv(x, w, stride, pad) + b[None, :, None, None]
         if function == "conv2d_backward_input_tiled":  # stride 1 (a forward of dy); 2 channels of dy a step
             p, q = h + 2 * pad - r + 1, wd + 2 * pad - r + 1
-            dy, kgroup, ict = ints(nb, k, p, q), 2, 2  # ICT: conv.cu's input channels a block
+            dy, kgroup, ict = ints(nb, k, p, q), 2, 4  # ICT: conv.cu's input channels a block
             sizes = tuple(np.int32(v) for v in (nb, c, h, wd, k, r, r, 1, pad, p, q))
             dx = _poison((nb, c, h, wd))
             tiles = ((h + 15) // 16) * ((wd + 15) // 16)

@@ -169,7 +169,7 @@ def test_device_conv_forward_and_backward_match_the_cpu(solutions, variant, devi
 def test_tiled_input_gradient_of_many_channels_matches_the_cpu(solutions, device):
     """The input gradient's tiled rung where dy's 40 channels of a 7 x 7 layer fill more than one step of shared
     memory (two groups, the first with more weights than its threads' first loads: the rest loop) and 3 input
-    channels leave the second block of 2 half empty."""
+    channels leave one of the block's 4 empty."""
     rng = np.random.default_rng(11)
     w_host, dy_host = rng.standard_normal((40, 3, 7, 7)), rng.standard_normal((1, 40, 9, 10))
     got = {d: ops.conv2d_backward_input(*(minitorch.tensor(a.astype(np.float32), d) for a in (dy_host, w_host)),

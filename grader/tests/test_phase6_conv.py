@@ -395,9 +395,9 @@ def test_conv_kernels_have_no_shared_memory_race(kernel):
             out, kgroup = checks.poison(x_h.shape), 2
             sizes = tuple(np.int32(v) for v in (n, c, h, w, k, r, r, stride, pad, h, w))
             launch = kernels.load_kernel("conv.cu", kernel)
-            launch_checked(what, lambda: launch((((h + 15) // 16) * ((w + 15) // 16), (c + 1) // 2, n), (16, 16),
+            launch_checked(what, lambda: launch((((h + 15) // 16) * ((w + 15) // 16), (c + 3) // 4, n), (16, 16),
                                                 (dy, wt, out, *sizes, np.int32(kgroup)),
-                                                shared_mem=4 * kgroup * ((15 + r) * (15 + r) + r * r * 2)))
+                                                shared_mem=4 * kgroup * ((15 + r) * (15 + r) + r * r * 4)))
         elif kernel == "conv2d_bias_grad":
             out = checks.poison((k,))
             launch_checked(what, lambda: conv().conv2d_bias_grad(dy, out))
