@@ -10,7 +10,7 @@ algorithm). Every result is checked against PyTorch's before it is timed. Writes
 - ``conv``: ``shape`` (``mnist-conv1``, ``mnist-conv2``: the deliverable's layers at its batch of 64;
   ``resnet``: 64 images, 64 -> 64 channels, 56 x 56), ``pass`` (``forward``, ``backward_input``,
   ``backward_weight``, ``backward_bias``), ``variant`` (a rung: forward ``direct``, ``im2col``, ``tiled``,
-  ``igemm``, ``winograd``, ``winograd4``; input ``direct``, ``im2col``, ``igemm``, ``winograd``, ``winograd4``;
+  ``igemm``, ``winograd``, ``winograd4``; input ``direct``, ``im2col``, ``tiled``, ``igemm``, ``winograd``, ``winograd4``;
   weight ``direct``, ``im2col``, ``tiled``, ``igemm``; ``best`` (untuned: ``default_variant``), ``best_tuned`` (after conv.py's ``autotune()`` on the layer;
   ``tuned`` names the rung it chose), or ``cudnn``), ``seconds``,
   ``gflops`` (2·N·K·P·Q·C·R·S per pass; the bias: N·K·P·Q additions) and ``ratio`` (cuDNN's time / ours);
@@ -45,7 +45,7 @@ SMALL_SHAPES = {"mnist-conv1": (2, 1, 28, 28, 8), "mnist-conv2": (2, 8, 14, 14, 
 SOFTMAX_SHAPES = [(1 << 16, 10), (1 << 16, 128), (1 << 14, 1024), (4096, 8192)]
 SMALL_SOFTMAX_SHAPES = [(64, 10), (16, 1500)]
 RUNGS = {"forward": ("direct", "im2col", "tiled", "igemm", "winograd", "winograd4", "best"),
-         "backward_input": ("direct", "im2col", "igemm", "winograd", "winograd4", "best"),
+         "backward_input": ("direct", "im2col", "tiled", "igemm", "winograd", "winograd4", "best"),
          "backward_weight": ("direct", "im2col", "tiled", "igemm", "best")}
 
 

@@ -43,7 +43,8 @@ except ModuleNotFoundError:  # Python 3.10
 SCRIPTS = {"phase6_conv": "benchmarks/phase6_conv.py", "phase6_mnist": "benchmarks/phase6_mnist.py",
            "phase6_mnist_recipe": "benchmarks/phase6_mnist_recipe.py",
            "phase6_conv_error": "benchmarks/phase6_conv_error.py",
-           "phase6_conv_sweep": "benchmarks/phase6_conv_sweep.py"}
+           "phase6_conv_sweep": "benchmarks/phase6_conv_sweep.py",
+           "phase6_conv_small": "benchmarks/phase6_conv_small.py"}
 SKY = "#56B4E9"  # Okabe-Ito's sky blue, for the Winograd rung
 DEEP_SKY = "#1F6F9F"  # a darker sky blue, for the Winograd F(4x4, 3x3) rung
 # The rungs in the ladder's order; a rung the JSON does not hold (measured before it existed) is absent.
@@ -270,6 +271,42 @@ def phase6_conv_sweep(text_name: str = "phase6-conv-sweep-text") -> None:
     glue_md(text_name, "The weight gradient against cuDNN for chunks of at least `MIN_CHUNK` positions "
             "(`SPLIT_BLOCKS` 1024): " + "; ".join(parts) + ". `conv.py` now takes `MIN_CHUNK` = 128 and runs "
             "`igemm` from 16 output channels (`tiled` below). " + res.provenance)
+
+
+def phase6_conv_small(text_name: str = "phase6-conv-small-text") -> None:
+    """MNIST's second layer: rung 3 against Winograd, the input gradient's direct and tiled kernels and the bias
+    gradient's grids, from benchmarks/phase6_conv_small.py's sweep. Times only: the sweep's own cuDNN timings
+    (its first measurements, the GPU's clocks still rising) are no reference; the ladder's ratios are."""
+    res = latest("phase6_conv_small")
+    if res is None:
+        glue_md(text_name, missing_md("phase6_conv_small", SCRIPTS["phase6_conv_small"], "a GPU"))
+        return
+    rows = [r for r in res.rows if r["shape"] == "mnist-conv2" and r["variant"] != "cudnn"]
+
+    def fastest(pass_: str, variant: str, count: int, say) -> str:
+        found = sorted((r for r in rows if r["pass"] == pass_ and r["variant"] == variant), key=lambda r: r["seconds"])
+        return ", ".join(f"{say(r)} {fmt_time(r['seconds'])}" for r in found[:count])
+
+    parts = []
+    forward = fastest("forward", "tiled", 6, lambda r: f"rung 3 with {r['ktile']} filters a block and "
+                                                       f"{r['cgroup']} channels a step")
+    wino = fastest("forward", "winograd", 1, lambda r: "Winograd F(2×2, 3×3)")
+    if forward:
+        parts.append("the forward pass in " + forward + (f", in {wino}" if wino else ""))
+    direct = fastest("backward_input", "direct", 1, lambda r: "the direct gather")
+    tiled = fastest("backward_input", "tiled", 3, lambda r: (
+        f"the tiled kernel with {r['ict']} channels a block, "
+        + (f"{r['istage']} values of dy loaded at once, " if "istage" in r else "")
+        + f"{r['kgroup']} of dy's channels a step" + (" and its r, s loops unrolled" if r.get("unroll_rs") else "")))
+    if direct or tiled:
+        parts.append("the input gradient in " + ", in ".join(p for p in (direct, tiled) if p))
+    bias = fastest("backward_bias", "split", 4, lambda r: (
+        f"{r['splits']} block{'s' if r['splits'] > 1 else ''} of {r['threads']} threads a channel"
+        + ("" if r["splits"] == 1 else " and `splitk_reduce`")))
+    if bias:
+        parts.append("the bias gradient in " + bias)
+    glue_md(text_name, "On MNIST's second layer, a pass took: " + "; ".join(parts) + " (the fastest few of "
+            "each). " + res.provenance)
 
 
 def phase6_maxpool(text_name: str = "phase6-maxpool-text") -> None:

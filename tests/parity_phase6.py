@@ -134,8 +134,8 @@ def _conv(function: str) -> Callable:
             else:
                 ih, iw = 15 * stride + r, 15 * stride + r
                 tiles = ((p + 15) // 16) * ((q + 15) // 16)
-                launch((tiles, (k + 7) // 8, nb), (16, 16), (_dev(x), _dev(w), _dev(b), y, *sizes),
-                       shared_mem=4 * 4 * (ih * iw + 8 * r * r))  # 4 channels (CGROUP) a step
+                launch((tiles, (k + 3) // 4, nb), (16, 16), (_dev(x), _dev(w), _dev(b), y, *sizes),
+                       shared_mem=4 * 4 * (ih * iw + 4 * r * r))  # 4 channels (CGROUP) a step, 4 filters (KTILE)
             return backend.asnumpy(y), _ref_conv(x, w, stride, pad) + b[None, :, None, None]
         if function == "im2col":
             cols = _poison((c * r * r, nb * p * q))
@@ -183,20 +183,28 @@ def _conv(function: str) -> Callable:
                        (_dev(x), _dev(dy), dw, *sizes, np.int32(chunk)))
             return backend.asnumpy(dw), expected
         if function == "conv2d_bias_grad":
-            seg, splits = 4, 3  # units of 4 values, 3 blocks a channel: block z sums units z, z + 3, ...
+            # chunks of 4 values (float4 loads where P*Q allows) or 3 (scalar loads), a block each; 64 threads
+            chunk = 4 if n % 2 else 3
+            splits = (nb * p * q + chunk - 1) // chunk
             partial = _poison((splits, k))
             launch((k, splits), (64,), (_dev(dy), partial, np.int32(nb), np.int32(k), np.int32(p * q),
-                                        np.int32(seg)))
-            segs = (p * q + seg - 1) // seg
-            planes = dy.astype(np.float64).reshape(nb, k, p * q)
-            expected = np.zeros((splits, k))
-            for u in range(nb * segs):
-                expected[u % splits] += planes[u // segs, :, u % segs * seg:(u % segs + 1) * seg].sum(axis=1)
+                                        np.int32(chunk)))
+            values = dy.astype(np.float64).transpose(1, 0, 2, 3).reshape(k, nb * p * q)  # channel k's, in order
+            expected = np.stack([values[:, z * chunk:(z + 1) * chunk].sum(axis=1) for z in range(splits)])
             return backend.asnumpy(partial), expected
         if function == "conv2d_igemm":
             y = _poison((nb, k, p, q))
             launch(((nb * p * q + 127) // 128, (k + 63) // 64), (256,), (_dev(x), _dev(w), _dev(b), y, *sizes))
             return backend.asnumpy(y), _ref_conv(x, w, stride, pad) + b[None, :, None, None]
+        if function == "conv2d_backward_input_tiled":  # stride 1 (a forward of dy); 2 channels of dy a step
+            p, q = h + 2 * pad - r + 1, wd + 2 * pad - r + 1
+            dy, kgroup, ict = ints(nb, k, p, q), 2, 4  # ICT: conv.cu's input channels a block
+            sizes = tuple(np.int32(v) for v in (nb, c, h, wd, k, r, r, 1, pad, p, q))
+            dx = _poison((nb, c, h, wd))
+            tiles = ((h + 15) // 16) * ((wd + 15) // 16)
+            launch((tiles, (c + ict - 1) // ict, nb), (16, 16), (_dev(dy), _dev(w), dx, *sizes, np.int32(kgroup)),
+                   shared_mem=4 * kgroup * ((15 + r) * (15 + r) + r * r * ict))
+            return backend.asnumpy(dx), _ref_backward_input(dy, w, x.shape, 1, pad)
         if function == "conv2d_backward_input_igemm":
             dx = _poison((nb, c, h, wd))
             launch(((nb * h * wd + 127) // 128, (c + 63) // 64), (256,), (_dev(dy), _dev(w), dx, *sizes))
@@ -225,7 +233,8 @@ def _conv(function: str) -> Callable:
 
 CONV_KERNELS = ("conv2d_direct", "im2col", "gemm_to_nchw", "nchw_to_gemm", "col2im", "conv2d_tiled",
                 "conv2d_backward_input", "conv2d_backward_weight", "conv2d_backward_weight_tiled", "conv2d_bias_grad",
-                "conv2d_igemm", "conv2d_backward_input_igemm", "conv2d_backward_weight_igemm", "splitk_reduce")
+                "conv2d_igemm", "conv2d_backward_input_igemm", "conv2d_backward_input_tiled",
+                "conv2d_backward_weight_igemm", "splitk_reduce")
 
 # Winograd F(2x2, 3x3) (conv.cu's rung 5): with small integers every transform is exact (the filter's halves
 # and quarters included), and so is the batched GEMM.

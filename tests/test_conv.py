@@ -165,6 +165,19 @@ def test_device_conv_forward_and_backward_match_the_cpu(solutions, variant, devi
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_tiled_input_gradient_of_many_channels_matches_the_cpu(solutions, device):
+    """The input gradient's tiled rung where dy's 40 channels of a 7 x 7 layer fill more than one step of shared
+    memory (two groups, the first with more weights than its threads' first loads: the rest loop) and 3 input
+    channels leave one of the block's 4 empty."""
+    rng = np.random.default_rng(11)
+    w_host, dy_host = rng.standard_normal((40, 3, 7, 7)), rng.standard_normal((1, 40, 9, 10))
+    got = {d: ops.conv2d_backward_input(*(minitorch.tensor(a.astype(np.float32), d) for a in (dy_host, w_host)),
+                                        (1, 3, 9, 10), 1, 3, variant="tiled" if d != "cpu" else "best")
+           for d in ("cpu", device)}
+    np.testing.assert_allclose(got[device].numpy(), got["cpu"].numpy(), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("on", DEVICES)
 def test_device_pooling_matches_the_cpu(solutions, on):
     x_host = np.random.default_rng(10).integers(-2, 3, (2, 3, 9, 8)).astype(np.float32)  # many ties

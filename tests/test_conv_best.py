@@ -123,3 +123,22 @@ def _autotune_on_emu(workspace):
     assert timed.count("winograd") == 2 and timed.count("igemm") == 6
     assert json.loads((workspace / cv.TUNING_FILE).read_text()) == table
     assert cv.best("forward", s1, 1) == "winograd" != cv.default_variant("forward", s1, 1)
+
+
+@pytest.mark.parametrize("device", ["cuda", "emu"])
+def test_bias_gradient_chunks_cover_each_channel_once(device, monkeypatch):
+    """bias_plan's (chunk, splits, threads): chunks of a multiple of 4 values (float4 loads), splits of them that
+    cover a channel's N·P·Q values exactly once (no chunk empty, none missing), a block of at most 1024 threads
+    (block_sum's scratch); on a GPU a small channel is one block (one launch: MNIST's second layer), a large one
+    several (the ResNet layer's 200,704 values)."""
+    cv = conv_module()
+    monkeypatch.setattr(cv.backend, "get_device", lambda: device)
+    for n, k, pq in [(64, 16, 196), (64, 8, 784), (64, 64, 3136), (1, 1, 1), (2, 1031, 2), (3, 7, 15), (0, 3, 9),
+                     (5, 3, 4097)]:
+        chunk, splits, threads = cv.bias_plan(n, k, pq)
+        total = n * pq
+        assert chunk % 4 == 0 and 1 <= splits <= 65535 and 32 <= threads <= 1024 and threads % 32 == 0
+        assert chunk * splits >= total and (splits == 1 or chunk * (splits - 1) < total), (n, k, pq)
+    if device == "cuda":
+        assert cv.bias_plan(64, 16, 196)[1:] == (1, cv.BIAS_THREADS)
+        assert cv.bias_plan(64, 64, 3136)[1] > 1

@@ -25,7 +25,8 @@ ON_GPU = backend.get_device() == "cuda"
 EPS32 = float(np.finfo(np.float32).eps)
 FORWARD = {"direct": "conv2d_direct", "im2col": "im2col", "tiled": "conv2d_tiled", "igemm": "conv2d_igemm",
            "winograd": "winograd_gemm", "winograd4": "winograd4_input"}
-BACKWARD_INPUT = {"direct": "conv2d_backward_input", "im2col": "col2im", "igemm": "conv2d_backward_input_igemm",
+BACKWARD_INPUT = {"direct": "conv2d_backward_input", "im2col": "col2im", "tiled": "conv2d_backward_input_tiled",
+                  "igemm": "conv2d_backward_input_igemm",
                   "winograd": "winograd_filter", "winograd4": "winograd4_filter"}
 BACKWARD_WEIGHT = {"direct": "conv2d_backward_weight", "im2col": "im2col", "tiled": "conv2d_backward_weight_tiled",
                    "igemm": "conv2d_backward_weight_igemm"}
@@ -43,7 +44,7 @@ WINOGRAD4_AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 
 WINOGRAD = {2: (WINOGRAD_G, WINOGRAD_BT, WINOGRAD_AT), 4: (WINOGRAD4_G, WINOGRAD4_BT, WINOGRAD4_AT)}
 WINOGRAD_TILE = {"winograd": 2, "winograd4": 4}  # rung -> outputs a tile side
 # (N, C, H, W, K, R, stride, padding): a single pixel, a 1x1 filter, odd sizes, 5x5 at stride 2, 7x7 with padding
-# 3, stride 2 without padding, 9 output channels (two channel tiles of 8, the second nearly empty), MNIST's layers,
+# 3, stride 2 without padding, 9 output channels (channel tiles of 4 (rung 3) or 64, the last nearly empty), MNIST's layers,
 # and non-square filters, R = (rows, columns): 3 x 5 and 1 x 3 (a kernel that mixes up R and S, the filter's
 # height and width, is right for every square filter).
 SHAPES = [(1, 1, 1, 1, 1, 1, 1, 0), (1, 2, 5, 4, 3, 1, 1, 0), (2, 3, 7, 9, 5, 3, 1, 1), (1, 2, 9, 8, 3, 5, 2, 2),
@@ -300,6 +301,11 @@ def test_conv_backward_input_values(variant, shape):
                             f"at most 2)", lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant),
                             ValueError, "winograd")
         return
+    if variant == "tiled" and stride != 1:
+        checks.expect_error(f"{what} (the input's tiled rung computes stride 1)",
+                            lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant), ValueError,
+                            "stride")
+        return
     checks.reset_launches()
     on_device(what, lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant))
     if variant in BACKWARD_INPUT:
@@ -360,6 +366,7 @@ def test_conv_bias_grad_values(dy_shape):
 
 @pytest.mark.parametrize("kernel", ["conv2d_tiled", "conv2d_backward_weight_tiled", "conv2d_backward_weight",
                                     "conv2d_bias_grad", "conv2d_igemm", "conv2d_backward_input_igemm",
+                                    "conv2d_backward_input_tiled",
                                     "conv2d_backward_weight_igemm", "winograd_gemm"])
 @pytest.mark.hint("a barrier after a tile is stored and before it is read, another before it is overwritten",
                   on="fault")
@@ -368,7 +375,7 @@ def test_conv_kernels_have_no_shared_memory_race(kernel):
         pytest.skip("races are found by the emulator's check mode (grader check phase6 --device emu)")
     from minitorch import emu
 
-    shape = (2, 3, 18, 17, 9, 3, 1, 1)  # two tiles across, two channel tiles
+    shape = (2, 3, 18, 17, 9, 3, 1, 1)  # two tiles across, several channel tiles
     n, c, h, w, k, r, stride, pad = shape
     x_h, w_h, b_h, dy_h = operands(shape, "race")
     x, wt, b, dy = (backend.asarray(a) for a in (x_h, w_h, b_h, dy_h))
@@ -382,6 +389,15 @@ def test_conv_kernels_have_no_shared_memory_race(kernel):
         elif kernel == "conv2d_backward_input_igemm":
             out = checks.poison(x_h.shape)
             launch_checked(what, lambda: conv().conv2d_backward_input(dy, wt, out, stride, pad, "igemm"))
+        elif kernel == "conv2d_backward_input_tiled":
+            # launched as the lab says, with 2 channels of dy a step: the block overwrites its tiles 5 times (the
+            # launcher stages all 9 at once, and a missing second barrier would never show)
+            out, kgroup = checks.poison(x_h.shape), 2
+            sizes = tuple(np.int32(v) for v in (n, c, h, w, k, r, r, stride, pad, h, w))
+            launch = kernels.load_kernel("conv.cu", kernel)
+            launch_checked(what, lambda: launch((((h + 15) // 16) * ((w + 15) // 16), (c + 3) // 4, n), (16, 16),
+                                                (dy, wt, out, *sizes, np.int32(kgroup)),
+                                                shared_mem=4 * kgroup * ((15 + r) * (15 + r) + r * r * 4)))
         elif kernel == "conv2d_bias_grad":
             out = checks.poison((k,))
             launch_checked(what, lambda: conv().conv2d_bias_grad(dy, out))
@@ -423,7 +439,7 @@ def test_conv_launcher_rejects_bad_arguments():
 
 @pytest.mark.parametrize("call", ["forward-direct", "forward-im2col", "forward-tiled", "forward-igemm",
                                   "forward-winograd", "forward-winograd4", "input-direct", "input-im2col",
-                                  "input-igemm", "input-winograd", "input-winograd4", "weight-direct", "weight-tiled", "weight-igemm", "bias"])
+                                  "input-tiled", "input-igemm", "input-winograd", "input-winograd4", "weight-direct", "weight-tiled", "weight-igemm", "bias"])
 @pytest.mark.hint("compute the result with your kernels, on the device: no NumPy/CuPy/PyTorch result copied in "
                   "after the launch")
 def test_conv_results_come_from_your_kernels(call):

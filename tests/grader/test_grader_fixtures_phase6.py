@@ -290,3 +290,19 @@ def test_a_model_saved_by_another_run_than_its_record_is_refused(tmp_path):
     assert "mnist_model.npz and mnist_model.json come from two different runs" in check["reason"], check
     assert "Run the saving cell" in check["reason"] and "reading handwritten digits" in check["reason"], check
     assert "the notebook reported" not in check["reason"], check
+
+
+def test_tiled_input_gradient_without_its_second_barrier_is_a_race(tmp_path):
+    """conv2d_backward_input_tiled staging the next group of dy's channels while slower threads still read the
+    last: the emulator's check mode names the race (the launch stages 2 channels a step, 5 groups); the values
+    test, through the launcher that stages all of a small layer's channels at once, still passes."""
+    files = solution_sources()
+    files["conv.cu"] = replace_once(
+        files["conv.cu"], "        __syncthreads();  // every thread is done with the dy tiles before the next group's\n", "")
+    report = grade(tmp_path, files, "-k", "test_conv_kernels_have_no_shared_memory_race and input_tiled "
+                   "or (test_conv_backward_input_values and tiled and 2x3x7x9)")
+    [race] = results(report, "test_conv_kernels_have_no_shared_memory_race")
+    assert race["result"] in ("FAIL", "CRASH") and "shared-memory race" in race["reason"], race
+    assert "conv.cu:" in race["reason"], race
+    [values] = results(report, "test_conv_backward_input_values")
+    assert values["result"] == "PASS", values
