@@ -562,7 +562,7 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
             exports = [ex for ex in exports if ex.index not in bad]
             r, owner = compile_with(exports)
     if r.returncode != 0:
-        log = _translate_messages(r.stdout + r.stderr, filename, build)
+        log = nvrtc_hints(_translate_messages(r.stdout + r.stderr, filename, build))
         raise CompileError(log, log)
     tls = _readelf_tls(tmp)
     # metadata first, then the module, each renamed into place: a process that sees the module sees
@@ -586,6 +586,43 @@ def _compile_object(flags: list[str], build: Path) -> subprocess.CompletedProces
     asm, _ = fastdiv.rewrite((build / "mod.s").read_text())
     (build / "mod.s").write_text(asm)
     return _run([flags[0], "-c", "mod.s", "-o", "mod.o"], build)
+
+
+# Host <math.h>, <float.h> and <limits.h> names that NVRTC, the GPU's run-time compiler, does not have (the
+# prelude undefines them so that a kernel compiles here only if it compiles on a GPU): what to write instead.
+_INF, _FMAX = "__int_as_float(0x7f800000)", "__int_as_float(0x7f7fffff) (3.402823466e+38f)"
+NVRTC_MISSING: dict[str, str] = {
+    "INFINITY": f"{_INF} (-infinity: __int_as_float(0xff800000))",
+    "HUGE_VALF": _INF, "HUGE_VAL": "__longlong_as_double(0x7ff0000000000000LL)", "HUGE_VALL": _INF,
+    "MAXFLOAT": _FMAX, "NAN": "__int_as_float(0x7fffffff) (the GPU's own NaN)",
+    "FLT_MAX": _FMAX, "FLT_MIN": "__int_as_float(0x00800000) (1.175494351e-38f)", "FLT_EPSILON": "1.192092896e-07f",
+    "FLT_TRUE_MIN": "__int_as_float(1)", "DBL_MAX": "1.7976931348623157e+308", "DBL_MIN": "2.2250738585072014e-308",
+    "DBL_EPSILON": "2.220446049250313e-16", "DBL_TRUE_MIN": "4.9406564584124654e-324",
+    "M_PI": "3.14159265358979f (a literal)", "M_PI_2": "1.57079632679490f", "M_PI_4": "0.785398163397448f",
+    "M_1_PI": "0.318309886183791f", "M_2_PI": "0.636619772367581f", "M_2_SQRTPI": "1.12837916709551f",
+    "M_E": "2.71828182845905f", "M_LOG2E": "1.44269504088896f", "M_LOG10E": "0.434294481903252f",
+    "M_LN2": "0.693147180559945f", "M_LN10": "2.30258509299405f", "M_SQRT2": "1.41421356237310f",
+    "M_SQRT1_2": "0.707106781186548f",
+    "CHAR_BIT": "8", "SCHAR_MIN": "-128", "SCHAR_MAX": "127", "UCHAR_MAX": "255", "SHRT_MIN": "-32768",
+    "SHRT_MAX": "32767", "USHRT_MAX": "65535", "INT_MIN": "(-2147483647 - 1)", "INT_MAX": "2147483647",
+    "UINT_MAX": "0xffffffffu", "LONG_MIN": "(-9223372036854775807LL - 1)", "LONG_MAX": "9223372036854775807LL",
+    "ULONG_MAX": "0xffffffffffffffffull", "LLONG_MIN": "(-9223372036854775807LL - 1)",
+    "LLONG_MAX": "9223372036854775807LL", "ULLONG_MAX": "0xffffffffffffffffull",
+}
+_UNDECLARED = re.compile(r"^(?P<at>[^\s:][^:]*:\d+:\d+): error: (?:['\u2018](?P<g>\w+)['\u2019] was not declared in "
+                         r"this scope|use of undeclared identifier '(?P<c>\w+)').*$", re.M)
+
+
+def nvrtc_hints(log: str) -> str:
+    """The compiler's log, with a note after each "not declared" error whose name is one of NVRTC_MISSING."""
+    def note(m: re.Match[str]) -> str:
+        name = m.group("g") or m.group("c")
+        if name not in NVRTC_MISSING:
+            return m.group(0)
+        return (f"{m.group(0)}\n{m.group('at')}: note: NVRTC, the GPU's compiler, has no {name} (it comes from the "
+                f"host's C library headers, which a kernel compiled for the GPU cannot include), so the emulator has "
+                f"none either: write {NVRTC_MISSING[name]} instead")
+    return _UNDECLARED.sub(note, log)
 
 
 def _translate_options(options: tuple[str, ...]) -> list[str]:

@@ -324,3 +324,51 @@ struct K<F, void (*)(A...)> {
 #define tex1Dfetch(...) __EMU_NEEDS_GPU("texture fetch")
 #define tex2D(...) __EMU_NEEDS_GPU("texture fetch")
 #define surf2Dwrite(...) __EMU_NEEDS_GPU("surface write")
+
+// Names of the host's <math.h>, <float.h> and <limits.h> that NVRTC (CuPy's compiler for the GPU)
+// does not have: a kernel using them would compile here and fail on a GPU. Undefined after the
+// runtime's own headers (which have expanded them already), so that the learner's `#ifndef INFINITY`
+// works as under NVRTC; compiler.py adds what to write instead to the "not declared" error.
+#undef INFINITY
+#undef NAN
+#undef HUGE_VAL
+#undef HUGE_VALF
+#undef HUGE_VALL
+#undef MAXFLOAT
+#undef M_E
+#undef M_LOG2E
+#undef M_LOG10E
+#undef M_LN2
+#undef M_LN10
+#undef M_PI
+#undef M_PI_2
+#undef M_PI_4
+#undef M_1_PI
+#undef M_2_PI
+#undef M_2_SQRTPI
+#undef M_SQRT2
+#undef M_SQRT1_2
+#undef FLT_MAX
+#undef FLT_MIN
+#undef FLT_EPSILON
+#undef FLT_TRUE_MIN
+#undef DBL_MAX
+#undef DBL_MIN
+#undef DBL_EPSILON
+#undef DBL_TRUE_MIN
+#undef CHAR_BIT
+#undef SCHAR_MIN
+#undef SCHAR_MAX
+#undef UCHAR_MAX
+#undef SHRT_MIN
+#undef SHRT_MAX
+#undef USHRT_MAX
+#undef INT_MIN
+#undef INT_MAX
+#undef UINT_MAX
+#undef LONG_MIN
+#undef LONG_MAX
+#undef ULONG_MAX
+#undef LLONG_MIN
+#undef LLONG_MAX
+#undef ULLONG_MAX
