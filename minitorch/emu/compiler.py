@@ -432,6 +432,23 @@ class Built:
     source: str
     compile_seconds: float
     cached: bool
+    specs: tuple[Spec, ...] = ()  # thunks __emu_k{index}s{j}_run1/_plain for specs[j]
+
+
+# One launch's integer arguments made constants: (export index, ((parameter index, size in bytes, value), ...)).
+Spec = tuple[int, tuple[tuple[int, int, int], ...]]
+
+
+def _spec_thunks(k: str, ex_index: int, j: int, consts: tuple[tuple[int, int, int], ...], vis: str) -> list[str]:
+    """The generated lines of specialisation j of export ex_index (K the kernel's __emu_gen::K<...>)."""
+    v = f"__emu_v{ex_index}s{j}"
+    cases = "".join(f"if constexpr (I == {i}) return (T)0x{val & ((1 << (8 * size)) - 1):x}ULL; else "
+                    for i, size, val in consts)
+    return [f"struct {v} {{ template <size_t I, class T> static inline __attribute__((always_inline)) T get(void* p) "
+            f"{{ (void)p; {cases}return __emu_gen::arg<T>(p); }} }};",
+            f"{vis} void __emu_k{ex_index}s{j}_run1(void** __emu_a) {{ {k}::run1v<{v}>(__emu_a); }}",
+            f"{vis} void __emu_k{ex_index}s{j}_plain(void** __emu_a, EmuCtx* __emu_c, const unsigned* __emu_o)"
+            f" {{ {k}::plainv<{v}>(__emu_a, __emu_c, __emu_o); }}"]
 
 
 def _normalize_expr(e: str) -> str:
@@ -466,7 +483,7 @@ def _readelf_tls(so: Path) -> list[dict]:
 
 
 def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str, ...] | None,
-                 filename: str, check: bool) -> Built:
+                 filename: str, check: bool, specs: tuple[Spec, ...] = ()) -> Built:
     import time
 
     t0 = time.perf_counter()
@@ -476,7 +493,8 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
     flags = _translate_options(options)
     exprs = list(name_expressions or ())
     key_src = json.dumps({"src": src, "file": filename, "flags": flags, "exprs": exprs, "check": check,
-                          "rt": runtime_digest(), "fibers": os.environ.get("MINITORCH_EMU_FIBERS", "")})
+                          "rt": runtime_digest(), "fibers": os.environ.get("MINITORCH_EMU_FIBERS", ""),
+                          **({"specs": [list(sp) for sp in specs]} if specs else {})})
     key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
     cdir = cache_dir()
     so = cdir / f"mod-{key}.so"
@@ -496,7 +514,7 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
             m = json.loads(meta.read_text())
             kept = set(m["exports"])
             exports = [ex for ex in exports if ex.name in kept]
-            return Built(so, exports, m["tls"], check, filename, src, time.perf_counter() - t0, True)
+            return Built(so, exports, m["tls"], check, filename, src, time.perf_counter() - t0, True, specs)
         except (OSError, ValueError, KeyError):
             pass
 
@@ -528,6 +546,9 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
                        f"{vis} const char* __emu_k{ex.index}_desc() {{ return {k}::desc(); }}"):
                 gen.append(ln)
                 line_owner[len(gen)] = ex.index
+            for j, (index, consts) in enumerate(specs):
+                if index == ex.index:
+                    gen += _spec_thunks(k, index, j, consts, vis)
         (build / "__emu_tu.cpp").write_text("\n".join(gen) + "\n")
         if check:
             if "clang" in version.lower():
@@ -572,7 +593,7 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
     os.replace(meta_tmp, meta)
     os.replace(tmp, so)
     shutil.rmtree(build, ignore_errors=True)
-    return Built(so, exports, tls, check, filename, src, time.perf_counter() - t0, False)
+    return Built(so, exports, tls, check, filename, src, time.perf_counter() - t0, False, specs)
 
 
 def _compile_object(flags: list[str], build: Path) -> subprocess.CompletedProcess[str]:

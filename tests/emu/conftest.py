@@ -10,6 +10,12 @@ EMU_SETTINGS = ("MINITORCH_EMU_SCHEDULE", "MINITORCH_EMU_SEED", "MINITORCH_EMU_W
 
 
 @pytest.fixture(autouse=True)
+def _generic_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No specialised code unless a test asks for it (tests/emu/test_emu_specialize.py)."""
+    monkeypatch.setenv("MINITORCH_EMU_SPECIALIZE", "0")
+
+
+@pytest.fixture(autouse=True)
 def _emulator_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in EMU_SETTINGS:
         monkeypatch.delenv(var, raising=False)

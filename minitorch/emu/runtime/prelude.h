@@ -303,6 +303,46 @@ struct K<F, void (*)(A...)> {
   static void plain(void** a, EmuCtx* c, const unsigned* order) {
     plain_(a, c, order, std::index_sequence_for<A...>{});
   }
+  // Specialised for one launch's integer arguments (specialize.py): V::get<I, T>(a[I]) is a constant
+  // for those, the argument otherwise. `flatten` inlines the kernel (and what it calls) here, so the
+  // compiler sees the sizes as constants: a division by one becomes a multiplication, loops of known
+  // trip count unroll.
+  template <class V, size_t... I>
+  __attribute__((flatten)) static void run1v_(void** a, std::index_sequence<I...>) {
+    F(V::template get<I, A>(a[I])...);
+  }
+  template <class V>
+  static void run1v(void** a) { run1v_<V>(a, std::index_sequence_for<A...>{}); }
+  template <class V, size_t... I>
+  __attribute__((flatten)) static void plainv_(void** a, EmuCtx* c, const unsigned* order,
+                                               std::index_sequence<I...>) {
+    unsigned bx = c->blockDim.x, by = c->blockDim.y, bz = c->blockDim.z;
+    if (!order) {
+      unsigned i = 0;
+      for (unsigned z = 0; z < bz; z++)
+        for (unsigned y = 0; y < by; y++)
+          for (unsigned x = 0; x < bx; x++, i++) {
+            c->tid_linear = i;
+            c->threadIdx.x = x;
+            c->threadIdx.y = y;
+            c->threadIdx.z = z;
+            F(V::template get<I, A>(a[I])...);
+          }
+    } else {
+      for (unsigned k = 0; k < c->nthreads; k++) {
+        unsigned i = order[k];
+        c->tid_linear = i;
+        c->threadIdx.x = i % bx;
+        c->threadIdx.y = (i / bx) % by;
+        c->threadIdx.z = i / (bx * by);
+        F(V::template get<I, A>(a[I])...);
+      }
+    }
+  }
+  template <class V>
+  static void plainv(void** a, EmuCtx* c, const unsigned* order) {
+    plainv_<V>(a, c, order, std::index_sequence_for<A...>{});
+  }
   static const char* desc() {
     static std::string s;
     if (s.empty()) {
