@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fastdiv
+from . import fastdiv, nancanon
 from .inline_ptx import PtxError, rewrite_inline_ptx
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
@@ -98,6 +98,7 @@ def runtime_digest() -> str:
         h.update(Path(__file__).read_bytes())  # how modules are built is part of the key too
         h.update((Path(__file__).parent / "inline_ptx.py").read_bytes())
         h.update((Path(__file__).parent / "fastdiv.py").read_bytes())
+        h.update((Path(__file__).parent / "nancanon.py").read_bytes())
         _runtime_digest["d"] = h.hexdigest()
     return _runtime_digest["d"]
 
@@ -494,6 +495,7 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
     exprs = list(name_expressions or ())
     key_src = json.dumps({"src": src, "file": filename, "flags": flags, "exprs": exprs, "check": check,
                           "rt": runtime_digest(), "fibers": os.environ.get("MINITORCH_EMU_FIBERS", ""),
+                          "nan": canonical_nan(check),
                           **({"specs": [list(sp) for sp in specs]} if specs else {})})
     key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
     cdir = cache_dir()
@@ -518,7 +520,8 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
         except (OSError, ValueError, KeyError):
             pass
 
-    build = cdir / "build" / f"{key}-{os.getpid()}"  # per process: concurrent compiles never collide
+    # per process and thread (specialize.py compiles in background threads): concurrent compiles never collide
+    build = cdir / "build" / f"{key}-{os.getpid()}-{threading.get_ident()}"
     build.mkdir(parents=True, exist_ok=True)
     (build / filename).write_text(info.text)
     # -fpeel-loops lets -O2 unroll a loop of known trip count completely: a thread's `float acc[4]`
@@ -562,7 +565,7 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
         # Compiled, then linked without -fsanitize: the runtime provides the sanitizer hooks, and the
         # driver would otherwise link libubsan / libtsan. Link order = TLS order: red zone, the
         # learner's __shared__ variables, red zone.
-        r = _compile_object([*base_flags, *tsan], build)
+        r = _compile_object([*base_flags, *tsan], build, canonical_nan(check))
         if r.returncode == 0:
             r = _run([cxx, "-shared", "-Wl,-Bsymbolic", pad_lo, "mod.o", pad_hi, "-o", str(tmp)], build)
         return r, line_owner
@@ -596,7 +599,15 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
     return Built(so, exports, tls, check, filename, src, time.perf_counter() - t0, False, specs)
 
 
-def _compile_object(flags: list[str], build: Path) -> subprocess.CompletedProcess[str]:
+def canonical_nan(check: bool) -> bool:
+    """Whether float32 arithmetic that makes a NaN gives the GPU's NaN (nancanon.py): MINITORCH_EMU_CANONICAL_NAN=1
+    or 0; unset, in check mode only (it costs about a tenth of the kernels' time: benchmarks/results/
+    emu_speed_experiments-*.json)."""
+    v = os.environ.get("MINITORCH_EMU_CANONICAL_NAN", "").strip().lower()
+    return check if v == "" else v not in ("0", "off", "no", "false")
+
+
+def _compile_object(flags: list[str], build: Path, nan: bool) -> subprocess.CompletedProcess[str]:
     """__emu_tu.cpp -> mod.o. On x86-64 through assembly, so that the 64-bit divisions get their 32-bit fast
     path (fastdiv.py): compiler messages are those of the first step, as with a direct ``-c``."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
@@ -605,6 +616,8 @@ def _compile_object(flags: list[str], build: Path) -> subprocess.CompletedProces
     if r.returncode != 0:
         return r
     asm, _ = fastdiv.rewrite((build / "mod.s").read_text())
+    if nan:
+        asm, _, _ = nancanon.rewrite(asm)
     (build / "mod.s").write_text(asm)
     return _run([flags[0], "-c", "mod.s", "-o", "mod.o"], build)
 
