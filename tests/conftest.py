@@ -11,6 +11,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+# The suite runs the emulator's generic code: specialising a module's repeated launches compiles it again in
+# the background (seconds of CPU each), which short tests never repay. tests/emu/test_emu_specialize.py turns
+# it on; a caller's MINITORCH_EMU_SPECIALIZE is kept.
+os.environ.setdefault("MINITORCH_EMU_SPECIALIZE", "0")
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ extern "C" __global__ void softmax_rows(const float* x, float* y, int rows, int 
     const float* xr = x + (long long)row * cols;
     float* yr = y + (long long)row * cols;
 
-    float m = -INFINITY;
+    float m = __int_as_float(0xff800000);  // -infinity (NVRTC has no INFINITY)
     for (int j = tid; j < cols; j += BLOCK) m = fmaxf(m, xr[j]);
     s[tid] = m;
     __syncthreads();

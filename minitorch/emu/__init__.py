@@ -75,6 +75,20 @@ Settings (environment, or in code):
   limit). Ctrl-C (a Jupyter interrupt) stops a running launch with ``KeyboardInterrupt``.
 - ``MINITORCH_EMU_FIBERS=1``: run every kernel with fibers (if a kernel reaches a barrier through
   code the emulator's source scan did not see).
+- ``MINITORCH_EMU_SPECIALIZE=seconds|0`` / ``with emu.specialization(s):``: once a module has spent
+  that long in launches (default 2 s), its launches repeated with the same integer arguments (a
+  training loop's) run code compiled in the background with those arguments as constants
+  (``specialize.py``: divisions by sizes become multiplications); ``0``: never. Same results bit
+  for bit, same checks and diagnostics; check mode always runs the generic code.
+- ``MINITORCH_EMU_CANONICAL_NAN=1|0``: float32 add, subtract, multiply, divide, square root and the
+  C library's float functions that make a NaN give the GPU's NaN, 0x7fffffff (``nancanon.py``),
+  not x86's (which keeps an operand's payload and sign, or makes 0xffc00000). Unset: in check mode
+  only (it costs about a tenth of the kernels' time).
+
+Names NVRTC does not have are not defined either (``INFINITY``, ``NAN``, ``HUGE_VALF``, ``FLT_MAX``,
+``M_PI``, ``INT_MAX`` and the rest of the host's ``<math.h>``, ``<float.h>`` and ``<limits.h>``): a
+kernel using one fails to compile, as on a GPU, with a note saying what to write instead
+(``__int_as_float(0x7f800000)`` for infinity).
 
 Memory checks: every device array ends flush against a ``PROT_NONE`` guard page, so a read or
 write past its end faults at once and is reported with the argument, byte offset, block, thread
@@ -104,7 +118,7 @@ import numpy as np
 
 from . import graph
 from .compiler import CompileError
-from .config import check_mode, set_arg_mode, time_limit
+from .config import check_mode, set_arg_mode, specialization, time_limit
 from .config import schedule_order as schedule
 from .config import worker_count as workers
 from .errors import (
@@ -132,13 +146,15 @@ from .memory import (
     set_allocator,
     zeros,
 )
+from .specialize import specialize_now
 
 __all__ = [
     "AllocatorError", "UnownedMemory", "blocks_in_use", "free", "get_allocator", "malloc", "set_allocator",
     "ArgumentWarning", "BarrierWarning", "CompileError", "DeviceArray", "EmuWarning", "Graph", "Kernel",
     "KernelFault", "LaunchError", "RaceWarning", "RawKernel", "RawModule", "ScheduleMismatch", "asarray", "asnumpy",
     "begin_capture", "check_mode", "empty", "end_capture", "fuzz_schedules", "get_arg_mode", "is_capturing",
-    "is_device_array", "schedule", "set_arg_mode", "synchronize", "time_limit", "workers", "zeros",
+    "is_device_array", "schedule", "set_arg_mode", "specialization", "specialize_now", "synchronize", "time_limit",
+    "workers", "zeros",
 ]
 
 

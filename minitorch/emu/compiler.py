@@ -23,7 +23,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import fastdiv
+from . import fastdiv, nancanon
 from .inline_ptx import PtxError, rewrite_inline_ptx
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
@@ -98,6 +98,7 @@ def runtime_digest() -> str:
         h.update(Path(__file__).read_bytes())  # how modules are built is part of the key too
         h.update((Path(__file__).parent / "inline_ptx.py").read_bytes())
         h.update((Path(__file__).parent / "fastdiv.py").read_bytes())
+        h.update((Path(__file__).parent / "nancanon.py").read_bytes())
         _runtime_digest["d"] = h.hexdigest()
     return _runtime_digest["d"]
 
@@ -432,6 +433,23 @@ class Built:
     source: str
     compile_seconds: float
     cached: bool
+    specs: tuple[Spec, ...] = ()  # thunks __emu_k{index}s{j}_run1/_plain for specs[j]
+
+
+# One launch's integer arguments made constants: (export index, ((parameter index, size in bytes, value), ...)).
+Spec = tuple[int, tuple[tuple[int, int, int], ...]]
+
+
+def _spec_thunks(k: str, ex_index: int, j: int, consts: tuple[tuple[int, int, int], ...], vis: str) -> list[str]:
+    """The generated lines of specialisation j of export ex_index (K the kernel's __emu_gen::K<...>)."""
+    v = f"__emu_v{ex_index}s{j}"
+    cases = "".join(f"if constexpr (I == {i}) return (T)0x{val & ((1 << (8 * size)) - 1):x}ULL; else "
+                    for i, size, val in consts)
+    return [f"struct {v} {{ template <size_t I, class T> static inline __attribute__((always_inline)) T get(void* p) "
+            f"{{ (void)p; {cases}return __emu_gen::arg<T>(p); }} }};",
+            f"{vis} void __emu_k{ex_index}s{j}_run1(void** __emu_a) {{ {k}::run1v<{v}>(__emu_a); }}",
+            f"{vis} void __emu_k{ex_index}s{j}_plain(void** __emu_a, EmuCtx* __emu_c, const unsigned* __emu_o)"
+            f" {{ {k}::plainv<{v}>(__emu_a, __emu_c, __emu_o); }}"]
 
 
 def _normalize_expr(e: str) -> str:
@@ -466,7 +484,7 @@ def _readelf_tls(so: Path) -> list[dict]:
 
 
 def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str, ...] | None,
-                 filename: str, check: bool) -> Built:
+                 filename: str, check: bool, specs: tuple[Spec, ...] = ()) -> Built:
     import time
 
     t0 = time.perf_counter()
@@ -476,7 +494,9 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
     flags = _translate_options(options)
     exprs = list(name_expressions or ())
     key_src = json.dumps({"src": src, "file": filename, "flags": flags, "exprs": exprs, "check": check,
-                          "rt": runtime_digest(), "fibers": os.environ.get("MINITORCH_EMU_FIBERS", "")})
+                          "rt": runtime_digest(), "fibers": os.environ.get("MINITORCH_EMU_FIBERS", ""),
+                          "nan": canonical_nan(check),
+                          **({"specs": [list(sp) for sp in specs]} if specs else {})})
     key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
     cdir = cache_dir()
     so = cdir / f"mod-{key}.so"
@@ -496,11 +516,12 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
             m = json.loads(meta.read_text())
             kept = set(m["exports"])
             exports = [ex for ex in exports if ex.name in kept]
-            return Built(so, exports, m["tls"], check, filename, src, time.perf_counter() - t0, True)
+            return Built(so, exports, m["tls"], check, filename, src, time.perf_counter() - t0, True, specs)
         except (OSError, ValueError, KeyError):
             pass
 
-    build = cdir / "build" / f"{key}-{os.getpid()}"  # per process: concurrent compiles never collide
+    # per process and thread (specialize.py compiles in background threads): concurrent compiles never collide
+    build = cdir / "build" / f"{key}-{os.getpid()}-{threading.get_ident()}"
     build.mkdir(parents=True, exist_ok=True)
     (build / filename).write_text(info.text)
     # -fpeel-loops lets -O2 unroll a loop of known trip count completely: a thread's `float acc[4]`
@@ -528,6 +549,9 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
                        f"{vis} const char* __emu_k{ex.index}_desc() {{ return {k}::desc(); }}"):
                 gen.append(ln)
                 line_owner[len(gen)] = ex.index
+            for j, (index, consts) in enumerate(specs):
+                if index == ex.index:
+                    gen += _spec_thunks(k, index, j, consts, vis)
         (build / "__emu_tu.cpp").write_text("\n".join(gen) + "\n")
         if check:
             if "clang" in version.lower():
@@ -541,7 +565,7 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
         # Compiled, then linked without -fsanitize: the runtime provides the sanitizer hooks, and the
         # driver would otherwise link libubsan / libtsan. Link order = TLS order: red zone, the
         # learner's __shared__ variables, red zone.
-        r = _compile_object([*base_flags, *tsan], build)
+        r = _compile_object([*base_flags, *tsan], build, canonical_nan(check))
         if r.returncode == 0:
             r = _run([cxx, "-shared", "-Wl,-Bsymbolic", pad_lo, "mod.o", pad_hi, "-o", str(tmp)], build)
         return r, line_owner
@@ -562,7 +586,7 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
             exports = [ex for ex in exports if ex.index not in bad]
             r, owner = compile_with(exports)
     if r.returncode != 0:
-        log = _translate_messages(r.stdout + r.stderr, filename, build)
+        log = nvrtc_hints(_translate_messages(r.stdout + r.stderr, filename, build))
         raise CompileError(log, log)
     tls = _readelf_tls(tmp)
     # metadata first, then the module, each renamed into place: a process that sees the module sees
@@ -572,10 +596,18 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
     os.replace(meta_tmp, meta)
     os.replace(tmp, so)
     shutil.rmtree(build, ignore_errors=True)
-    return Built(so, exports, tls, check, filename, src, time.perf_counter() - t0, False)
+    return Built(so, exports, tls, check, filename, src, time.perf_counter() - t0, False, specs)
 
 
-def _compile_object(flags: list[str], build: Path) -> subprocess.CompletedProcess[str]:
+def canonical_nan(check: bool) -> bool:
+    """Whether float32 arithmetic that makes a NaN gives the GPU's NaN (nancanon.py): MINITORCH_EMU_CANONICAL_NAN=1
+    or 0; unset, in check mode only (it costs about a tenth of the kernels' time: benchmarks/results/
+    emu_speed_experiments-*.json)."""
+    v = os.environ.get("MINITORCH_EMU_CANONICAL_NAN", "").strip().lower()
+    return check if v == "" else v not in ("0", "off", "no", "false")
+
+
+def _compile_object(flags: list[str], build: Path, nan: bool) -> subprocess.CompletedProcess[str]:
     """__emu_tu.cpp -> mod.o. On x86-64 through assembly, so that the 64-bit divisions get their 32-bit fast
     path (fastdiv.py): compiler messages are those of the first step, as with a direct ``-c``."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
@@ -584,8 +616,47 @@ def _compile_object(flags: list[str], build: Path) -> subprocess.CompletedProces
     if r.returncode != 0:
         return r
     asm, _ = fastdiv.rewrite((build / "mod.s").read_text())
+    if nan:
+        asm, _, _ = nancanon.rewrite(asm)
     (build / "mod.s").write_text(asm)
     return _run([flags[0], "-c", "mod.s", "-o", "mod.o"], build)
+
+
+# Host <math.h>, <float.h> and <limits.h> names that NVRTC, the GPU's run-time compiler, does not have (the
+# prelude undefines them so that a kernel compiles here only if it compiles on a GPU): what to write instead.
+_INF, _FMAX = "__int_as_float(0x7f800000)", "__int_as_float(0x7f7fffff) (3.402823466e+38f)"
+NVRTC_MISSING: dict[str, str] = {
+    "INFINITY": f"{_INF} (-infinity: __int_as_float(0xff800000))",
+    "HUGE_VALF": _INF, "HUGE_VAL": "__longlong_as_double(0x7ff0000000000000LL)", "HUGE_VALL": _INF,
+    "MAXFLOAT": _FMAX, "NAN": "__int_as_float(0x7fffffff) (the GPU's own NaN)",
+    "FLT_MAX": _FMAX, "FLT_MIN": "__int_as_float(0x00800000) (1.175494351e-38f)", "FLT_EPSILON": "1.192092896e-07f",
+    "FLT_TRUE_MIN": "__int_as_float(1)", "DBL_MAX": "1.7976931348623157e+308", "DBL_MIN": "2.2250738585072014e-308",
+    "DBL_EPSILON": "2.220446049250313e-16", "DBL_TRUE_MIN": "4.9406564584124654e-324",
+    "M_PI": "3.14159265358979f (a literal)", "M_PI_2": "1.57079632679490f", "M_PI_4": "0.785398163397448f",
+    "M_1_PI": "0.318309886183791f", "M_2_PI": "0.636619772367581f", "M_2_SQRTPI": "1.12837916709551f",
+    "M_E": "2.71828182845905f", "M_LOG2E": "1.44269504088896f", "M_LOG10E": "0.434294481903252f",
+    "M_LN2": "0.693147180559945f", "M_LN10": "2.30258509299405f", "M_SQRT2": "1.41421356237310f",
+    "M_SQRT1_2": "0.707106781186548f",
+    "CHAR_BIT": "8", "SCHAR_MIN": "-128", "SCHAR_MAX": "127", "UCHAR_MAX": "255", "SHRT_MIN": "-32768",
+    "SHRT_MAX": "32767", "USHRT_MAX": "65535", "INT_MIN": "(-2147483647 - 1)", "INT_MAX": "2147483647",
+    "UINT_MAX": "0xffffffffu", "LONG_MIN": "(-9223372036854775807LL - 1)", "LONG_MAX": "9223372036854775807LL",
+    "ULONG_MAX": "0xffffffffffffffffull", "LLONG_MIN": "(-9223372036854775807LL - 1)",
+    "LLONG_MAX": "9223372036854775807LL", "ULLONG_MAX": "0xffffffffffffffffull",
+}
+_UNDECLARED = re.compile(r"^(?P<at>[^\s:][^:]*:\d+:\d+): error: (?:['\u2018](?P<g>\w+)['\u2019] was not declared in "
+                         r"this scope|use of undeclared identifier '(?P<c>\w+)').*$", re.M)
+
+
+def nvrtc_hints(log: str) -> str:
+    """The compiler's log, with a note after each "not declared" error whose name is one of NVRTC_MISSING."""
+    def note(m: re.Match[str]) -> str:
+        name = m.group("g") or m.group("c")
+        if name not in NVRTC_MISSING:
+            return m.group(0)
+        return (f"{m.group(0)}\n{m.group('at')}: note: NVRTC, the GPU's compiler, has no {name} (it comes from the "
+                f"host's C library headers, which a kernel compiled for the GPU cannot include), so the emulator has "
+                f"none either: write {NVRTC_MISSING[name]} instead")
+    return _UNDECLARED.sub(note, log)
 
 
 def _translate_options(options: tuple[str, ...]) -> list[str]:

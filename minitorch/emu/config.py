@@ -50,6 +50,21 @@ def check_enabled() -> bool:
     return _env("MINITORCH_EMU_CHECK", "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
+def specialize_after_s() -> float | None:
+    """Launch seconds a module spends before its repeated launches get kernels compiled for their integer
+    arguments (specialize.py); None: never. ``MINITORCH_EMU_SPECIALIZE``: ``0``/``off``, or seconds (default 2)."""
+    v = _get("specialize")
+    if v is None:
+        v = _env("MINITORCH_EMU_SPECIALIZE", "2").strip().lower()
+    if v in ("0", "off", "no", "false", ""):
+        return None
+    try:
+        seconds = float(v)
+    except ValueError:
+        raise ValueError(f"MINITORCH_EMU_SPECIALIZE must be 0 (off) or a number of seconds, not {v!r}") from None
+    return seconds if seconds > 0 else None
+
+
 def schedule() -> tuple[str, int]:
     s = _get("schedule")
     if s is not None:
@@ -147,4 +162,12 @@ def worker_count(n: int | str) -> Iterator[None]:
     """Run the launches inside the block on ``n`` threads (``"auto"`` or 0: one per core)."""
     count = cores() if n in ("auto", 0) else max(1, int(n))
     with _override("workers", count):
+        yield
+
+
+@contextlib.contextmanager
+def specialization(after_s: float | None) -> Iterator[None]:
+    """Inside the block, specialise a module's repeated launches once they took ``after_s`` seconds in all
+    (None: never); see ``MINITORCH_EMU_SPECIALIZE``."""
+    with _override("specialize", "0" if after_s is None else repr(float(after_s))):
         yield

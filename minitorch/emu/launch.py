@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 from . import compiler, config, graph, rt
 from .errors import ArgumentWarning, BarrierWarning, KernelFault, LaunchError, RaceWarning
 from .memory import DeviceArray, find_buffer
+from .specialize import Specializer
 
 MAX_THREADS = 1024
 MAX_BLOCK = (1024, 1024, 64)
@@ -158,6 +160,12 @@ class _Loaded:
             fdesc = getattr(self.dll, f"__emu_k{ex.index}_desc")
             fdesc.restype = ctypes.c_char_p
             self.entries[ex.index] = (run1 or 0, plain or 0, fdesc().decode())
+        self.spec_entries: dict[int, tuple[int, int]] = {}  # specs[j] -> (run1, plain)
+        for j in range(len(built.specs)):
+            self.spec_entries[j] = (ctypes.cast(getattr(self.dll, f"__emu_k{built.specs[j][0]}s{j}_run1"),
+                                                ctypes.c_void_p).value or 0,
+                                    ctypes.cast(getattr(self.dll, f"__emu_k{built.specs[j][0]}s{j}_plain"),
+                                                ctypes.c_void_p).value or 0)
         syms = built.tls_symbols
         anchor = next((s for s in syms if "__emu_w" in s["name"]), None)
         self.anchor_off = anchor["offset"] if anchor else 0
@@ -250,6 +258,7 @@ class RawModule:
         self._lock = threading.Lock()
         self._info: compiler.SourceInfo | None = None
         self._variant(False)
+        self.specializer = Specializer(self)
 
     @property
     def info(self) -> compiler.SourceInfo:
@@ -332,6 +341,7 @@ class Kernel:
         self._max_dyn = 0
         self._pointee_ok: dict[tuple[int, np.dtype], bool] = {}
         self._templates: dict[bool, rt.EmuLaunch] = {}
+        self._spec_templates: tuple[Any, dict[int, rt.EmuLaunch]] = (None, {})
         self.static_shared = _static_shared(loaded.shared_vars, export.base, info.templates)
 
     @property
@@ -359,7 +369,7 @@ class Kernel:
     def _arg_error(self, i: int, msg: str) -> TypeError:
         return TypeError(f"argument #{i} of {self.signature}: {msg}")
 
-    def _pack(self, args: tuple[Any, ...]) -> tuple[Any, list[Any], list[tuple[int, DeviceArray]]]:
+    def _pack(self, args: tuple[Any, ...]) -> tuple[Any, list[Any], list[tuple[int, DeviceArray]], tuple]:
         if not isinstance(args, (tuple, list)):
             raise TypeError(f"kernel arguments must be a tuple, e.g. k(grid, block, (x, y, n)), not "
                             f"{type(args).__name__}")
@@ -371,9 +381,12 @@ class Kernel:
         # parameter (zero-padded); ptrs[i] points at slot i (null-terminated).
         slots = []
         offsets = []
+        consts = []  # (index, size, value) of the integer arguments: the signature specialize.py compiles for
         at = 0
         for i, (a, p) in enumerate(zip(args, self.params, strict=True)):
             raw = self._pack_one(i, a, p, mode, arrays)
+            if p.kind in "iub" and p.size in (1, 2, 4, 8):
+                consts.append((i, p.size, int.from_bytes(raw[:p.size], "little", signed=p.kind == "i")))
             size = max(p.size, 8, len(raw))
             size += -size % 16
             offsets.append(at)
@@ -382,7 +395,7 @@ class Kernel:
         buf = ctypes.create_string_buffer(b"".join(slots), max(at, 16))
         base = ctypes.addressof(buf)
         ptrs = (ctypes.c_void_p * (len(args) + 1))(*[base + off for off in offsets])
-        return ptrs, [buf], arrays
+        return ptrs, [buf], arrays, tuple(consts)
 
     def _mismatch(self, i: int, msg: str, mode: str) -> None:
         if mode == "strict":
@@ -469,9 +482,15 @@ class Kernel:
         self._validate(g, b, int(shared_mem))
         check = config.check_enabled()
         loaded = self.module._variant(check)
-        ptrs, keep, arrays = self._pack(tuple(args))
+        ptrs, keep, arrays, consts = self._pack(tuple(args))
         sched, seed = config.schedule()
-        lp = rt.EmuLaunch.from_buffer_copy(self._template(check, loaded))
+        spec = None if check or not consts else self.module.specializer.lookup(self.export.index, consts)
+        if spec is not None:
+            loaded = spec[0]
+            template = self._spec_template(loaded, spec[1])
+        else:
+            template = self._template(check, loaded)
+        lp = rt.EmuLaunch.from_buffer_copy(template)
         lp.args = ctypes.cast(ptrs, ctypes.POINTER(ctypes.c_void_p))
         lp.grid[:] = g
         lp.block[:] = b
@@ -495,8 +514,11 @@ class Kernel:
                 bhi, ctypes.POINTER(ctypes.c_ulonglong))
         res = rt.EmuResult()
         lp.result = ctypes.pointer(res)
+        start = time.perf_counter()
         with _launch_lock:
             rt.lib().emu_launch(ctypes.byref(lp))
+        if consts and not check and spec is None and res.kind == rt.OK:
+            self.module.specializer.record(self.export.index, consts, time.perf_counter() - start)
         del keep
         if res.out_text:
             text = ctypes.string_at(res.out_text, res.out_len).decode("utf-8", "replace")
@@ -534,17 +556,31 @@ class Kernel:
         """The fields of a launch that depend only on the kernel and the module variant, filled once."""
         t = self._templates.get(check)
         if t is None:
-            t = rt.EmuLaunch()
-            t.run1, t.plain, _ = loaded.entries[self.export.index]
-            t.bind = loaded.bind
-            t.use_fibers = 1 if self.export.uses_sync else 0
-            t.check = 1 if check else 0
-            t.n_static = len(loaded.shared_vars)
-            t.static_off = ctypes.cast(loaded.static_off, ctypes.POINTER(ctypes.c_longlong))
-            t.static_size = ctypes.cast(loaded.static_size, ctypes.POINTER(ctypes.c_longlong))
-            t.tls_lo_rel, t.tls_hi_rel = loaded.tls_range
-            t.pad_lo_end_rel, t.pad_hi_start_rel = loaded.pad_windows
-            self._templates[check] = t
+            t = self._templates[check] = self._fill_template(check, loaded)
+        return t
+
+    def _fill_template(self, check: bool, loaded: _Loaded) -> rt.EmuLaunch:
+        t = rt.EmuLaunch()
+        t.run1, t.plain, _ = loaded.entries[self.export.index]
+        t.bind = loaded.bind
+        t.use_fibers = 1 if self.export.uses_sync else 0
+        t.check = 1 if check else 0
+        t.n_static = len(loaded.shared_vars)
+        t.static_off = ctypes.cast(loaded.static_off, ctypes.POINTER(ctypes.c_longlong))
+        t.static_size = ctypes.cast(loaded.static_size, ctypes.POINTER(ctypes.c_longlong))
+        t.tls_lo_rel, t.tls_hi_rel = loaded.tls_range
+        t.pad_lo_end_rel, t.pad_hi_start_rel = loaded.pad_windows
+        return t
+
+    def _spec_template(self, loaded: _Loaded, j: int) -> rt.EmuLaunch:
+        """The launch fields of specialisation j of this kernel in the specialised variant ``loaded``."""
+        if self._spec_templates[0] is not loaded:
+            self._spec_templates = (loaded, {})
+        t = self._spec_templates[1].get(j)
+        if t is None:
+            t = self._fill_template(False, loaded)
+            t.run1, t.plain = loaded.spec_entries[j]
+            self._spec_templates[1][j] = t
         return t
 
     def _validate(self, g: tuple[int, int, int], b: tuple[int, int, int], shared_mem: int) -> None:

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 
 EMU_SETTINGS = ("MINITORCH_EMU_SCHEDULE", "MINITORCH_EMU_SEED", "MINITORCH_EMU_WORKERS", "MINITORCH_EMU_CHECK",
-                "MINITORCH_EMU_ARGS", "MINITORCH_EMU_TIMEOUT", "MINITORCH_EMU_FIBERS")
+                "MINITORCH_EMU_ARGS", "MINITORCH_EMU_TIMEOUT", "MINITORCH_EMU_FIBERS", "MINITORCH_EMU_CANONICAL_NAN")
+
+
+@pytest.fixture(autouse=True)
+def _generic_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No specialised code unless a test asks for it (tests/emu/test_emu_specialize.py)."""
+    monkeypatch.setenv("MINITORCH_EMU_SPECIALIZE", "0")
 
 
 @pytest.fixture(autouse=True)

@@ -694,6 +694,46 @@ def test_compile_errors_carry_the_learners_file_and_line() -> None:
     assert "__emu_tu" not in str(ei.value)
 
 
+@pytest.mark.parametrize(("use", "name", "instead"), [
+    ("x[0] = -INFINITY;", "INFINITY", "__int_as_float(0x7f800000)"),
+    ("x[0] = NAN;", "NAN", "__int_as_float(0x7fffffff)"),
+    ("x[0] = HUGE_VALF;", "HUGE_VALF", "__int_as_float(0x7f800000)"),
+    ("x[0] = FLT_MAX;", "FLT_MAX", "__int_as_float(0x7f7fffff)"),
+    ("x[0] = sinf(M_PI * x[1]);", "M_PI", "3.14159265358979f"),
+    ("x[0] = (float)INT_MAX;", "INT_MAX", "2147483647"),
+])
+def test_host_math_names_nvrtc_lacks_do_not_compile(use: str, name: str, instead: str) -> None:
+    # NVRTC, CuPy's compiler for the GPU, has no host <math.h>/<float.h>/<limits.h>: a kernel using INFINITY
+    # compiled on the emulator and failed on an H100. Now it fails here too, saying what to write instead.
+    src = f'extern "C" __global__ void k(float* x) {{\n    {use}\n}}\n'
+    with pytest.raises(emu.CompileError) as ei:
+        mod(src, filename="lab.cu")
+    msg = str(ei.value)
+    assert re.search(rf"^lab\.cu:2:\d+: error: .*{name}", msg, re.M), msg
+    assert re.search(rf"^lab\.cu:2:\d+: note: NVRTC, the GPU's compiler, has no {name}\b.*"
+                     rf"{re.escape(instead)}", msg, re.M), msg
+
+
+def test_what_nvrtc_has_still_compiles() -> None:
+    # the course's own pattern (Lab 8b), CUDA's math_constants.h, and the device functions NVRTC provides
+    src = r"""
+#include <math_constants.h>
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+extern "C" __global__ void k(float* x, int* flags) {
+    x[0] = -INFINITY;
+    x[1] = CUDART_INF_F;
+    x[2] = CUDART_PI_F;
+    flags[0] = isinf(x[0]) + 2 * isnan(__int_as_float(0x7fffffff)) + 4 * isfinite(x[2]) + 8 * signbit(x[0]);
+}
+"""
+    x, flags = emu.zeros(3), emu.asarray(np.zeros(1, np.int32))
+    mod(src).get_function("k")((1,), (1,), (x, flags))
+    np.testing.assert_array_equal(x.get(), np.array([-np.inf, np.inf, np.pi], np.float32))
+    assert flags.get()[0] == 15
+
+
 @pytest.mark.parametrize(("snippet", "what"), [
     ('int v; asm volatile("mov.u32 %0, %%laneid;" : "=r"(v)); x[0] = v;', "%laneid"),
     ('asm volatile("bar.sync 0;");', "inline PTX `bar.sync`"),

@@ -127,7 +127,7 @@ extern "C" __global__ void softmax(const float* x, float* y, int cols) {
     const float* row = x + (long long)blockIdx.x * cols;
     float* out = y + (long long)blockIdx.x * cols;
     int t = threadIdx.x;
-    float m = -INFINITY;
+    float m = __int_as_float(0xff800000);  // -infinity (NVRTC has no INFINITY)
     for (int j = t; j < cols; j += blockDim.x) m = fmaxf(m, row[j]);
     red[t] = m;
     __syncthreads();

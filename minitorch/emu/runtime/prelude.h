@@ -303,6 +303,46 @@ struct K<F, void (*)(A...)> {
   static void plain(void** a, EmuCtx* c, const unsigned* order) {
     plain_(a, c, order, std::index_sequence_for<A...>{});
   }
+  // Specialised for one launch's integer arguments (specialize.py): V::get<I, T>(a[I]) is a constant
+  // for those, the argument otherwise. `flatten` inlines the kernel (and what it calls) here, so the
+  // compiler sees the sizes as constants: a division by one becomes a multiplication, loops of known
+  // trip count unroll.
+  template <class V, size_t... I>
+  __attribute__((flatten)) static void run1v_(void** a, std::index_sequence<I...>) {
+    F(V::template get<I, A>(a[I])...);
+  }
+  template <class V>
+  static void run1v(void** a) { run1v_<V>(a, std::index_sequence_for<A...>{}); }
+  template <class V, size_t... I>
+  __attribute__((flatten)) static void plainv_(void** a, EmuCtx* c, const unsigned* order,
+                                               std::index_sequence<I...>) {
+    unsigned bx = c->blockDim.x, by = c->blockDim.y, bz = c->blockDim.z;
+    if (!order) {
+      unsigned i = 0;
+      for (unsigned z = 0; z < bz; z++)
+        for (unsigned y = 0; y < by; y++)
+          for (unsigned x = 0; x < bx; x++, i++) {
+            c->tid_linear = i;
+            c->threadIdx.x = x;
+            c->threadIdx.y = y;
+            c->threadIdx.z = z;
+            F(V::template get<I, A>(a[I])...);
+          }
+    } else {
+      for (unsigned k = 0; k < c->nthreads; k++) {
+        unsigned i = order[k];
+        c->tid_linear = i;
+        c->threadIdx.x = i % bx;
+        c->threadIdx.y = (i / bx) % by;
+        c->threadIdx.z = i / (bx * by);
+        F(V::template get<I, A>(a[I])...);
+      }
+    }
+  }
+  template <class V>
+  static void plainv(void** a, EmuCtx* c, const unsigned* order) {
+    plainv_<V>(a, c, order, std::index_sequence_for<A...>{});
+  }
   static const char* desc() {
     static std::string s;
     if (s.empty()) {
@@ -324,3 +364,51 @@ struct K<F, void (*)(A...)> {
 #define tex1Dfetch(...) __EMU_NEEDS_GPU("texture fetch")
 #define tex2D(...) __EMU_NEEDS_GPU("texture fetch")
 #define surf2Dwrite(...) __EMU_NEEDS_GPU("surface write")
+
+// Names of the host's <math.h>, <float.h> and <limits.h> that NVRTC (CuPy's compiler for the GPU)
+// does not have: a kernel using them would compile here and fail on a GPU. Undefined after the
+// runtime's own headers (which have expanded them already), so that the learner's `#ifndef INFINITY`
+// works as under NVRTC; compiler.py adds what to write instead to the "not declared" error.
+#undef INFINITY
+#undef NAN
+#undef HUGE_VAL
+#undef HUGE_VALF
+#undef HUGE_VALL
+#undef MAXFLOAT
+#undef M_E
+#undef M_LOG2E
+#undef M_LOG10E
+#undef M_LN2
+#undef M_LN10
+#undef M_PI
+#undef M_PI_2
+#undef M_PI_4
+#undef M_1_PI
+#undef M_2_PI
+#undef M_2_SQRTPI
+#undef M_SQRT2
+#undef M_SQRT1_2
+#undef FLT_MAX
+#undef FLT_MIN
+#undef FLT_EPSILON
+#undef FLT_TRUE_MIN
+#undef DBL_MAX
+#undef DBL_MIN
+#undef DBL_EPSILON
+#undef DBL_TRUE_MIN
+#undef CHAR_BIT
+#undef SCHAR_MIN
+#undef SCHAR_MAX
+#undef UCHAR_MAX
+#undef SHRT_MIN
+#undef SHRT_MAX
+#undef USHRT_MAX
+#undef INT_MIN
+#undef INT_MAX
+#undef UINT_MAX
+#undef LONG_MIN
+#undef LONG_MAX
+#undef ULONG_MAX
+#undef LLONG_MIN
+#undef LLONG_MAX
+#undef ULLONG_MAX
