@@ -139,7 +139,8 @@ def _shape(shape: Any) -> tuple[int, ...]:
 class Encoder:
     """Values to JSON and buffers; device arrays go to a table of slots (one slot per array)."""
 
-    def __init__(self, with_contents: bool = True) -> None:
+    def __init__(self, with_contents: bool = True, ipc: bool = False) -> None:
+        self.ipc = ipc                        # device arrays by CUDA IPC handle (the judge on a GPU), not by value
         self.buffers: list[bytes] = []
         self.slots: list[dict] = []
         self.arrays: list[Any] = []           # the device array of each slot
@@ -165,6 +166,8 @@ class Encoder:
     def device(self, a: Any) -> dict:
         from minitorch import backend
 
+        if self.ipc and a.size and all(st >= 0 for st in a.strides):
+            return {"t": "dev", "i": self._ipc_slot(a)}
         key = (_address(a), a.nbytes, str(a.dtype), tuple(a.shape))
         slot = self._slot_of.get(key)
         if slot is not None:
@@ -174,6 +177,19 @@ class Encoder:
             return {"t": "view", "i": base, "dtype": str(a.dtype), "shape": list(a.shape)}
         contents = np.ascontiguousarray(backend.asnumpy(a)).tobytes() if self.with_contents else None
         return {"t": "dev", "i": self.register(a, None if contents is None else self.buffer(contents))}
+
+    def _ipc_slot(self, a: Any) -> int:
+        """A slot naming `a` by the CUDA IPC handle of the allocation holding it and its offset there: the learner
+        process maps the judge's memory and its kernels write the judge's arrays in place (nothing copied)."""
+        key = ("ipc", _address(a), str(a.dtype), tuple(a.shape), tuple(a.strides))
+        slot = self._slot_of.get(key)
+        if slot is None:
+            base, handle = cuda_ipc_handle(_address(a))
+            slot = self._slot_of[key] = len(self.slots)  # type: ignore[index]
+            self.slots.append({"dtype": str(a.dtype), "shape": list(a.shape), "strides": list(a.strides), "b": None,
+                               "ipc": handle.hex(), "off": _address(a) - base})
+            self.arrays.append(a)
+        return slot
 
     def known_tensors(self, tensors: list[Any]) -> None:
         """Nodes 0 .. len(tensors) - 1 are these tensors (the request's, in a reply): referred to, not sent again."""
@@ -435,6 +451,91 @@ def _address(a: Any) -> int:
     data = getattr(a, "data", None)
     ptr = getattr(data, "ptr", None)
     return int(ptr if ptr is not None else a.ptr)
+
+
+# ---------------------------------------------------------------- CUDA IPC: the judge's device arrays on a GPU
+#
+# On a GPU the learner process maps the judge's memory instead of receiving copies: a slot names the allocation
+# holding an array by its CUDA IPC handle, with the array's offset in it (CuPy's memory pool hands out pieces of
+# larger cudaMalloc allocations, and a handle always names a whole allocation: cudaIpcOpenMemHandle maps its
+# start). The learner process opens each handle once per request and closes them all before it replies (the
+# judge may free or reuse the memory once it has the reply), so outside a request it can reach none of the
+# judge's memory. The judge synchronises its device before sending a request, the learner process before it
+# replies: each side sees the other's writes.
+
+_libcuda: Any = None
+_mapped: dict[str, int] = {}  # learner process: IPC handle (hex) -> the address of its mapping
+
+
+def _driver() -> Any:
+    global _libcuda
+    if _libcuda is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuMemGetAddressRange_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t),
+                                                ctypes.c_uint64]
+        lib.cuMemGetAddressRange_v2.restype = ctypes.c_int
+        _libcuda = lib
+    return _libcuda
+
+
+def cuda_ipc_handle(ptr: int) -> tuple[int, bytes]:
+    """(base, handle): the start of the device allocation holding the address `ptr`, and its CUDA IPC handle."""
+    import cupy
+
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    rc = _driver().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr))
+    if rc != 0:
+        raise TransportError(f"the device address {ptr:#x} is in no allocation of the grader's (CUDA driver error {rc})")
+    return int(base.value), bytes(cupy.cuda.runtime.ipcGetMemHandle(int(base.value)))
+
+
+def _mapped_array(slot: dict) -> Any:
+    """The learner process's view of a judge's array named by IPC handle and offset (``Encoder._ipc_slot``)."""
+    import cupy
+
+    handle, offset, strides = slot.get("ipc"), slot.get("off"), slot.get("strides")
+    if not (isinstance(handle, str) and len(handle) == 128 and isinstance(offset, int) and offset >= 0):
+        raise LearnerProcessError(f"an IPC slot that is not one: {str(slot)[:120]}")
+    dt, shape = _dtype(slot["dtype"]), _shape(slot["shape"])
+    if not (isinstance(strides, list) and len(strides) == len(shape) and all(isinstance(s, int) and s >= 0
+                                                                               for s in strides)):
+        raise LearnerProcessError(f"strides that are not a list of sizes: {strides!r}")
+    base = _mapped.get(handle)
+    if base is None:
+        base = _mapped[handle] = int(cupy.cuda.runtime.ipcOpenMemHandle(bytes.fromhex(handle)))
+    span = sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + dt.itemsize if all(shape) else 0
+    memory = cupy.cuda.UnownedMemory(base + offset, span, _mapped, cupy.cuda.Device().id)
+    return cupy.ndarray(shape, dt, cupy.cuda.MemoryPointer(memory, 0), tuple(strides))
+
+
+def _unmap_all() -> None:
+    """Close every IPC mapping (after the learner's work on them is done)."""
+    if not _mapped:
+        return
+    import cupy
+
+    try:
+        cupy.cuda.Device().synchronize()
+    except Exception:  # noqa: BLE001 - a faulted context: the mappings go with the process
+        pass
+    for address in list(_mapped.values()):
+        try:
+            cupy.cuda.runtime.ipcCloseMemHandle(address)
+        except Exception:  # noqa: BLE001
+            pass
+    _mapped.clear()
+
+
+def _synchronize_device() -> None:
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+
+
+def _judge_uses_ipc() -> bool:
+    from minitorch import backend
+
+    return backend.get_device() == "cuda"
 
 
 # ---------------------------------------------------------------- exceptions
@@ -729,14 +830,22 @@ def learner_process() -> LearnerProcess:
     return _process
 
 
+_call_log: list | None = None  # judge: while time_replayed watches, the learner's calls made (target, args, kwargs)
+
+
 def _call(header: dict, args: tuple, kwargs: dict, what: str) -> Any:
     """Send one call (a launcher, or a kernel launch) and apply its reply in the judge."""
     from minitorch import backend
 
+    if _call_log is not None and header.get("op") in ("call", "launch"):
+        _call_log.append((dict(header), args, kwargs))
     capture = _capturing()
-    encoder = Encoder(with_contents=not capture)  # nothing is read from the device during a capture
+    ipc = _judge_uses_ipc()
+    encoder = Encoder(with_contents=not capture, ipc=ipc)  # nothing is read from the device during a capture
     payload = {"args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}
     header = {**header, **payload, "nodes": encoder.nodes, "what": what, "capture": capture, "emu": _emu_settings()}
+    if ipc and not capture:  # the judge's writes to the arrays done before the learner's kernels read them
+        _synchronize_device()
     reply, buffers = _process.request(header, encoder)
     if reply.get("warnings"):
         _rewarn(reply["warnings"])
@@ -900,6 +1009,210 @@ def timed_calls(fn: Any, calls: list[tuple[tuple, dict]]) -> tuple[float, list[A
     return _process.last_seconds, results
 
 
+# ---------------------------------------------------------------- performance timings of the learner's code
+
+REPLAY_ROUNDS = 3  # timed requests; the median is the figure
+
+
+def time_replayed(fn: Any, *, what: str, reps: int = 20) -> float | None:
+    """Seconds one ``fn()`` takes on the device, by the judge's clock, while the learner's code runs in its own
+    process; None when `fn` calls none of the learner's code or passes it what a replay cannot copy (a Tensor:
+    the caller times `fn` itself).
+
+    `fn` (a performance check's ``lambda: gm.gemm(a, b, out)``) is called once, untimed: it compiles what it
+    needs, and the judge notes the learner's calls it makes (launchers and kernels, with their arguments). Then
+    those calls are replayed on `reps` fresh sets of arrays, all in one request, and the judge's clock runs from
+    before that request leaves to after its reply is back (the learner process synchronises before replying):
+
+    - the clock is the judge's (``time.perf_counter`` here, never read in the learner process): a learner that
+      patches its timer, CuPy's events or the grader's timing helpers in its own process changes nothing here,
+      and every bit of work it does during the request (Python, copies, sleeps) is counted;
+    - CUDA events could not do better: events of the judge's stream do not order the learner process's launches
+      (another CUDA context), and an interprocess event (``ipcGetEventHandle``) must be made with timing
+      disabled, so the only event timings across the two processes would be the learner's own, which it could
+      forge. The host clock costs the request's round trip (well under a millisecond), shared by `reps` calls;
+    - each set is fresh: the arrays the calls only read are the warm-up's scaled by ``1 + (i + 1) / (2 reps)``
+      (floats; others copied), those they write start as the warm-up left them. A launcher that keeps a first
+      result, or skips work it saw before, leaves results that belong to other inputs;
+    - on a GPU the sets are mapped by the learner process in a request before the judge writes them, so it holds
+      no input before the timed request (it holds none between requests either: ``_unmap_all``);
+    - after the timing, some sets (the first, the last and two the judge draws at random) are made again and
+      their calls made untimed, one plain request each (as the value checks make them): every array must come
+      out as in the timed request (close, for kernels with atomics), or the check fails naming the call
+      (``GradeError``). What this cannot catch is a launcher wrong in the same way timed and untimed (a result
+      kept for every call of one size, say): that is the value checks' to find, at their sizes.
+    """
+    import random
+
+    from minitorch import backend
+    from minitorch.tensor import Tensor
+
+    global _call_log
+    _call_log = []
+    try:
+        fn()
+    finally:
+        log, _call_log = _call_log, None
+    if not log:
+        return None
+    found: dict[int, Any] = {}
+    unsupported = []
+
+    def collect(v: Any) -> None:
+        if isinstance(v, Tensor):
+            unsupported.append(v)
+        elif backend.is_device_array(v):
+            found.setdefault(id(v), v)
+        elif isinstance(v, (tuple, list)):
+            for x in v:
+                collect(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                collect(x)
+
+    for _, args, kwargs in log:
+        collect(args)
+        collect(kwargs)
+    if not found and not unsupported:
+        return None
+    if unsupported:  # Tensors (their tapes) cannot be copied into fresh sets: the judge's clock around whole calls
+        _synchronize_any()
+        start = time.perf_counter()
+        for _ in range(5):
+            fn()
+        _synchronize_any()
+        return (time.perf_counter() - start) / 5
+    backend.synchronize()
+    warm = {k: _device_copy(a) for k, a in found.items()}
+    _replay(log, [{}], what=f"{what} (replayed)")  # once more on the warm-up's arrays: which ones the calls write
+    backend.synchronize()
+    written = {k for k, a in found.items() if not np.array_equal(_host(a), _host(warm[k]), equal_nan=True)}
+    nbytes = sum(int(a.nbytes) for a in found.values()) or 1
+    reps = max(2, min(reps, int(_replay_budget() // (3 * nbytes))))
+
+    def prestate(i: int, key: int) -> Any:
+        a = warm[key]
+        if key in written or np.dtype(a.dtype).kind != "f":
+            return _device_copy(a)
+        return _scaled(a, 1.0 + (i + 1) / (2.0 * reps))
+
+    def fill(sets: list[dict[int, Any]], indices: list[int]) -> None:
+        for i, subst in zip(indices, sets, strict=True):
+            for key in found:
+                _copy_into(subst[key], prestate(i, key))
+
+    sets = [{key: _device_empty_like(a) for key, a in found.items()} for _ in range(reps)]
+    seconds = []
+    for _ in range(REPLAY_ROUNDS):
+        if _judge_uses_ipc():
+            _replay(log, sets, what=f"{what} (arrays mapped)", dry=True, keep_mapped=True)
+        fill(sets, list(range(reps)))
+        seconds.append(_replay(log, sets, what=f"{what} x {reps} (timed)"))
+    checked = sorted({0, reps - 1, *random.SystemRandom().sample(range(reps), min(2, reps))})
+    for i in checked:
+        again = {key: _device_empty_like(a) for key, a in found.items()}
+        fill([again], [i])
+        for target, args, kwargs in log:  # one plain call a request, as the value checks make them
+            subst = again
+            _call(dict(target), _swap(args, subst), _swap(kwargs, subst), f"{what} (set {i} again, untimed)")
+        for n, key in enumerate(found):
+            _require_same(_host(sets[i][key]), _host(again[key]), f"{what}: timed call {i} (of {reps}), array {n} "
+                          f"of its arguments")
+    return sorted(seconds)[len(seconds) // 2] / reps
+
+
+def _replay(log: list, sets: list[dict[int, Any]], *, what: str, dry: bool = False,
+            keep_mapped: bool = False) -> float:
+    """Run the logged calls once per set (each set: id of a logged array -> the array standing in for it; an empty
+    set: the logged arrays themselves), in one request; returns the seconds the request took by the judge's clock."""
+    steps = [[target, list(_swap(args, subst)), _swap(kwargs, subst)] for subst in sets for target, args, kwargs in log]
+    header: dict[str, Any] = {"op": "sequence", "dry": dry, "keep_mapped": keep_mapped}
+    _call(header, (steps,), {}, what)
+    return _process.last_seconds
+
+
+def _swap(v: Any, subst: dict[int, Any]) -> Any:
+    """`v` with each array whose id `subst` names replaced by its stand-in (through tuples, lists and dicts)."""
+    if id(v) in subst:
+        return subst[id(v)]
+    if isinstance(v, tuple):
+        return tuple(_swap(x, subst) for x in v)
+    if isinstance(v, list):
+        return [_swap(x, subst) for x in v]
+    if isinstance(v, dict):
+        return {k: _swap(x, subst) for k, x in v.items()}
+    return v
+
+
+def _synchronize_any() -> None:
+    if _judge_uses_ipc():
+        _synchronize_device()
+
+
+def _replay_budget() -> float:
+    """Bytes the timing's fresh sets of arrays may take."""
+    from minitorch import backend
+
+    if backend.get_device() == "cuda":
+        import cupy
+
+        return 0.3 * cupy.cuda.runtime.memGetInfo()[0]
+    return 64e6
+
+
+def _host(a: Any) -> np.ndarray:
+    from minitorch import backend
+
+    return np.asarray(backend.asnumpy(a))
+
+
+def _device_copy(a: Any) -> Any:
+    from minitorch import backend
+
+    if backend.get_device() == "cuda":
+        return a.copy()
+    return backend.asarray(np.ascontiguousarray(_host(a)))
+
+
+def _device_empty_like(a: Any) -> Any:
+    from minitorch import backend
+
+    return backend.empty(tuple(a.shape), a.dtype)
+
+
+def _copy_into(dst: Any, src: Any) -> None:
+    from minitorch import backend
+
+    if backend.get_device() == "cuda":
+        import cupy
+
+        cupy.copyto(dst, src)
+    else:
+        dst.set(np.ascontiguousarray(_host(src)))
+
+
+def _scaled(a: Any, factor: float) -> Any:
+    from minitorch import backend
+
+    if backend.get_device() == "cuda":
+        return (a * factor).astype(a.dtype)
+    return backend.asarray((_host(a) * factor).astype(a.dtype))
+
+
+def _require_same(timed: np.ndarray, again: np.ndarray, what: str) -> None:
+    from grader.checks import GradeError
+
+    got, want = np.asarray(timed, np.float64).reshape(-1), np.asarray(again, np.float64).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        scale = float(np.nanmax(np.abs(want[np.isfinite(want)]))) if np.isfinite(want).any() else 0.0
+        same = np.isclose(got, want, rtol=1e-3, atol=1e-4 * scale, equal_nan=True)
+    if not same.all():
+        j = int(np.flatnonzero(~same)[0])
+        raise GradeError(f"{what} holds {got[j]!r} at index {j} where the same call on the same inputs, run again "
+                         f"untimed, gives {want[j]!r}: a timed call must compute its own result (a result kept from "
+                         f"an earlier call, or work skipped because the arguments looked alike, is not)")
+
+
 _modules: dict[str, tuple[Any, ProxyModule]] = {}
 
 
@@ -930,6 +1243,9 @@ def install() -> None:
     from minitorch import kernels
 
     sandbox.protect_this_process()
+    if _judge_uses_ipc():  # a GPU: the learner's kernels are device code in another process; no emulator here
+        kernels.set_learner_loaders(load_module, load_kernel)
+        return
     # The emulator's runtime, mapped here from a sealed copy: the learner's process (same user) could rewrite
     # the cached library in place while the judge has it mapped, and so run its code in the judge.
     from minitorch.emu import rt
@@ -963,13 +1279,13 @@ def runtime_pin() -> dict[str, str]:
 
 
 def enabled() -> bool:
-    """True in the graded tests of an isolated phase on the emulator (on a GPU the learner's code still runs
-    in the tests' process: ARCHITECTURE.md, Grader)."""
+    """True in the graded tests of an isolated phase (``grader check`` sets ``GRADER_ISOLATE`` for the phases and
+    devices ``tests_step.isolated`` names), on the emulator or a GPU."""
     if os.environ.get(ISOLATE_ENV) != "1" or os.environ.get(LEARNER_ENV) == "1":
         return False
     from minitorch import backend
 
-    return backend.get_device() == "emu"
+    return backend.get_device() in ("emu", "cuda")
 
 
 # ---------------------------------------------------------------- the learner process
@@ -1034,6 +1350,17 @@ def _run(header: dict, args: tuple, kwargs: dict) -> Any:
         target = getattr(kernels.load_module(str(target_header["file"])), str(target_header["name"]))
         sets = args[0] if args else []
         fn = lambda: [target(*a, **k) for a, k in sets]  # noqa: E731
+    elif op == "sequence":  # replays of the learner's calls a timing made (time_replayed); nothing between them
+        steps = [_step(step) for step in (args[0] if args else [])]
+        if header.get("dry"):  # only the arrays mapped, before the judge writes the inputs of the timed request
+            steps = []
+
+        def fn() -> None:
+            from grader.checks import _async_launches
+
+            with _async_launches():
+                for step in steps:
+                    step()
     elif op == "helper":
         target = _grader_helper(header.get("module"), header.get("name"))
         fn = lambda: target(*args, **kwargs)  # noqa: E731
@@ -1045,6 +1372,24 @@ def _run(header: dict, args: tuple, kwargs: dict) -> Any:
     result = fn()
     backend.synchronize()
     return result
+
+
+def _step(step: Any) -> Any:
+    """One call of a replayed sequence: ``[target, args, kwargs]``, the target a launcher or a kernel."""
+    from minitorch import kernels
+
+    if not (isinstance(step, list) and len(step) == 3 and isinstance(step[0], dict)):
+        raise LearnerProcessError("a replayed call that is not [target, args, kwargs]")
+    target, args, kwargs = step[0], tuple(step[1]), dict(step[2])
+    if target.get("op") == "call":
+        function = getattr(kernels.load_module(str(target["file"])), str(target["name"]))
+        return lambda: function(*args, **kwargs)
+    if target.get("op") == "launch":
+        kernel = kernels.load_kernel(str(target["file"]), str(target["function"]), tuple(target.get("options") or ()),
+                                     tuple(target.get("names") or ()) or None)
+        grid, block, shared = tuple(target["grid"]), tuple(target["block"]), int(target.get("shared_mem", 0))
+        return lambda: kernel(grid, block, args, shared_mem=shared, **kwargs)
+    raise LearnerProcessError(f"a replayed call of {target.get('op')!r}")
 
 
 HELPER_PACKAGE = "grader.tests."
@@ -1125,7 +1470,7 @@ def _reply(header: dict, slots: list, buffers: list[bytes], arrays: list) -> tup
     encoder = Encoder()
     for i, a in enumerate(arrays):  # the call's own arrays keep their slots; only those it changed go back
         changed = None
-        if not capture:
+        if not capture and slots[i].get("ipc") is None:  # (a mapped array was written in place)
             now = np.ascontiguousarray(a.get()).tobytes()
             before = slots[i].get("b")
             if before is None or now != buffers[before]:
@@ -1194,9 +1539,15 @@ def serve(request_fd: int, reply_fd: int, judge: int) -> None:
         slots = header.get("slots") or []
         arrays = []
         for slot in slots:
+            if slot.get("ipc") is not None:
+                arrays.append(_mapped_array(slot))
+                continue
             dt, shape = _dtype(slot["dtype"]), _shape(slot["shape"])
             b = slot.get("b")
             arrays.append(backend.zeros(shape, dt) if b is None else
                           backend.asarray(np.frombuffer(buffers[b], dtype=dt).reshape(shape)))
         reply, encoder = _reply(header, slots, buffers, arrays)
+        del arrays
+        if not header.get("keep_mapped"):
+            _unmap_all()
         send_frame(reply_fd, reply, encoder.buffers)
