@@ -465,6 +465,7 @@ def _address(a: Any) -> int:
 
 _libcuda: Any = None
 _mapped: dict[str, int] = {}  # learner process: IPC handle (hex) -> the address of its mapping
+_views: dict[tuple, Any] = {}  # learner process: (handle, offset, dtype, shape, strides) -> its array, while mapped
 
 
 def _driver() -> Any:
@@ -500,16 +501,22 @@ def _mapped_array(slot: dict) -> Any:
     if not (isinstance(strides, list) and len(strides) == len(shape) and all(isinstance(s, int) and s >= 0
                                                                                for s in strides)):
         raise LearnerProcessError(f"strides that are not a list of sizes: {strides!r}")
+    key = (handle, offset, dt.str, shape, tuple(strides))
+    view = _views.get(key)
+    if view is not None:  # made by an earlier request that kept its mappings (a timing's sets, mapped beforehand)
+        return view
     base = _mapped.get(handle)
     if base is None:
         base = _mapped[handle] = int(cupy.cuda.runtime.ipcOpenMemHandle(bytes.fromhex(handle)))
     span = sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + dt.itemsize if all(shape) else 0
     memory = cupy.cuda.UnownedMemory(base + offset, span, _mapped, cupy.cuda.Device().id)
-    return cupy.ndarray(shape, dt, cupy.cuda.MemoryPointer(memory, 0), tuple(strides))
+    view = _views[key] = cupy.ndarray(shape, dt, cupy.cuda.MemoryPointer(memory, 0), tuple(strides))
+    return view
 
 
 def _unmap_all() -> None:
     """Close every IPC mapping (after the learner's work on them is done)."""
+    _views.clear()
     if not _mapped:
         return
     import cupy
@@ -1014,7 +1021,7 @@ def timed_calls(fn: Any, calls: list[tuple[tuple, dict]]) -> tuple[float, list[A
 REPLAY_ROUNDS = 3  # timed requests; the median is the figure
 
 
-def time_replayed(fn: Any, *, what: str, reps: int = 20) -> float | None:
+def time_replayed(fn: Any, *, what: str, reps: int = 100) -> float | None:
     """Seconds one ``fn()`` takes on the device, by the judge's clock, while the learner's code runs in its own
     process; None when `fn` calls none of the learner's code or passes it what a replay cannot copy (a Tensor:
     the caller times `fn` itself).
@@ -1088,7 +1095,7 @@ def time_replayed(fn: Any, *, what: str, reps: int = 20) -> float | None:
     backend.synchronize()
     written = {k for k, a in found.items() if not np.array_equal(_host(a), _host(warm[k]), equal_nan=True)}
     nbytes = sum(int(a.nbytes) for a in found.values()) or 1
-    reps = max(2, min(reps, int(_replay_budget() // (3 * nbytes))))
+    reps = max(2, min(reps, int(_replay_budget() // nbytes) - 3))  # (and the warm-up's copy, a set made again)
 
     def prestate(i: int, key: int) -> Any:
         a = warm[key]
@@ -1103,21 +1110,27 @@ def time_replayed(fn: Any, *, what: str, reps: int = 20) -> float | None:
 
     sets = [{key: _device_empty_like(a) for key, a in found.items()} for _ in range(reps)]
     seconds = []
+    ipc = _judge_uses_ipc()
     for _ in range(REPLAY_ROUNDS):
-        if _judge_uses_ipc():
+        if ipc:  # mapped (and their arrays made) untimed, before the judge writes their contents
             _replay(log, sets, what=f"{what} (arrays mapped)", dry=True, keep_mapped=True)
         fill(sets, list(range(reps)))
-        seconds.append(_replay(log, sets, what=f"{what} x {reps} (timed)"))
+        seconds.append(_replay(log, sets, what=f"{what} x {reps} (timed)", keep_mapped=ipc))
+        if ipc:  # the mappings closed untimed
+            _replay(log, [], what=f"{what} (arrays unmapped)", dry=True)
     checked = sorted({0, reps - 1, *random.SystemRandom().sample(range(reps), min(2, reps))})
     for i in checked:
         again = {key: _device_empty_like(a) for key, a in found.items()}
         fill([again], [i])
         for target, args, kwargs in log:  # one plain call a request, as the value checks make them
-            subst = again
-            _call(dict(target), _swap(args, subst), _swap(kwargs, subst), f"{what} (set {i} again, untimed)")
+            _call(dict(target), _swap(args, again), _swap(kwargs, again), f"{what} (set {i} again, untimed)")
         for n, key in enumerate(found):
             _require_same(_host(sets[i][key]), _host(again[key]), f"{what}: timed call {i} (of {reps}), array {n} "
                           f"of its arguments")
+    sets.clear()  # (the arrays go before the pool lets go of their memory)
+    warm.clear()
+    del again
+    _release_cached_memory()
     return sorted(seconds)[len(seconds) // 2] / reps
 
 
@@ -1150,14 +1163,23 @@ def _synchronize_any() -> None:
 
 
 def _replay_budget() -> float:
-    """Bytes the timing's fresh sets of arrays may take."""
+    """Bytes the timing's fresh sets of arrays may take: enough for the request's round trip to be a small part of
+    the time of the calls it carries (at 256 MiB arrays, 60 or more calls)."""
     from minitorch import backend
 
     if backend.get_device() == "cuda":
         import cupy
 
-        return 0.3 * cupy.cuda.runtime.memGetInfo()[0]
+        return min(0.4 * cupy.cuda.runtime.memGetInfo()[0], 24e9)
     return 64e6
+
+
+def _release_cached_memory() -> None:
+    """The timing's sets given back to the device (CuPy's pool would keep them from the checks after it)."""
+    if _judge_uses_ipc():
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
 
 
 def _host(a: Any) -> np.ndarray:
@@ -1351,7 +1373,8 @@ def _run(header: dict, args: tuple, kwargs: dict) -> Any:
         sets = args[0] if args else []
         fn = lambda: [target(*a, **k) for a, k in sets]  # noqa: E731
     elif op == "sequence":  # replays of the learner's calls a timing made (time_replayed); nothing between them
-        steps = [_step(step) for step in (args[0] if args else [])]
+        resolved: dict[str, Any] = {}
+        steps = [_step(step, resolved) for step in (args[0] if args else [])]
         if header.get("dry"):  # only the arrays mapped, before the judge writes the inputs of the timed request
             steps = []
 
@@ -1374,19 +1397,26 @@ def _run(header: dict, args: tuple, kwargs: dict) -> Any:
     return result
 
 
-def _step(step: Any) -> Any:
-    """One call of a replayed sequence: ``[target, args, kwargs]``, the target a launcher or a kernel."""
+def _step(step: Any, resolved: dict[str, Any]) -> Any:
+    """One call of a replayed sequence: ``[target, args, kwargs]``, the target a launcher or a kernel (looked up
+    once a sequence: `resolved`)."""
     from minitorch import kernels
 
     if not (isinstance(step, list) and len(step) == 3 and isinstance(step[0], dict)):
         raise LearnerProcessError("a replayed call that is not [target, args, kwargs]")
     target, args, kwargs = step[0], tuple(step[1]), dict(step[2])
+    key = json.dumps(target, sort_keys=True)
     if target.get("op") == "call":
-        function = getattr(kernels.load_module(str(target["file"])), str(target["name"]))
+        function = resolved.get(key)
+        if function is None:
+            function = resolved[key] = getattr(kernels.load_module(str(target["file"])), str(target["name"]))
         return lambda: function(*args, **kwargs)
     if target.get("op") == "launch":
-        kernel = kernels.load_kernel(str(target["file"]), str(target["function"]), tuple(target.get("options") or ()),
-                                     tuple(target.get("names") or ()) or None)
+        kernel = resolved.get(key)
+        if kernel is None:
+            kernel = resolved[key] = kernels.load_kernel(
+                str(target["file"]), str(target["function"]), tuple(target.get("options") or ()),
+                tuple(target.get("names") or ()) or None)
         grid, block, shared = tuple(target["grid"]), tuple(target["block"]), int(target.get("shared_mem", 0))
         return lambda: kernel(grid, block, args, shared_mem=shared, **kwargs)
     raise LearnerProcessError(f"a replayed call of {target.get('op')!r}")
@@ -1457,8 +1487,9 @@ def _reply(header: dict, slots: list, buffers: list[bytes], arrays: list) -> tup
         try:
             decoder.build_tensors(header.get("nodes") or [])
             args, kwargs = decoder.decode(header.get("args")), decoder.decode(header.get("kwargs"))
-            # A helper (a training loop) is not recorded: its records would keep every array it made alive.
-            recorder = (contextlib.nullcontext([]) if header.get("op") == "helper"
+            # A helper (a training loop) is not recorded: its records would keep every array it made alive; nor is a
+            # timing's replay (records are no evidence there, and encoding them would be timed).
+            recorder = (contextlib.nullcontext([]) if header.get("op") in ("helper", "sequence")
                         else kernels.recording(MAX_LAUNCH_RECORDS))
             with recorder as launches, _emu_context(header.get("emu") or {}):
                 result_value = _run(header, tuple(args or ()), dict(kwargs or {}))
