@@ -6,11 +6,14 @@ While the graded tests of an isolated phase run (``GRADER_ISOLATE=1``, set by ``
 first call, in the same sandbox, restarted after it dies. The judge sends the arguments and receives
 the results:
 
-- device arrays travel by value: the judge sends each array's bytes (shape, dtype), the learner
-  process makes a device array of them, calls the launcher, then sends back the bytes of every array
-  the call changed, which the judge writes into its own arrays (launchers write their outputs in
-  place). One array passed twice arrives as one array. NumPy arrays, NumPy scalars (their dtype
-  kept), numbers, strings, tuples, lists and dicts of them travel as they are;
+- on the emulator device arrays travel by value: the judge sends each array's bytes (shape, dtype),
+  the learner process makes a device array of them, calls the launcher, then sends back the bytes of
+  every array the call changed, which the judge writes into its own arrays (launchers write their
+  outputs in place). One array passed twice arrives as one array. On a GPU they travel by CUDA IPC
+  handle (the allocation holding the array, the array's offset there): the learner process maps the
+  judge's memory for the request, its kernels write the judge's arrays in place, and it closes the
+  mappings before it replies. NumPy arrays, NumPy scalars (their dtype kept), numbers, strings,
+  tuples, lists and dicts of them travel as they are;
 - nothing the learner process sends is unpickled or executed: replies are a JSON header and raw
   bytes, decoded into those types only;
 - an exception comes back as the same type where it is a builtin or one of the course's own
@@ -28,7 +31,8 @@ the results:
   capture of the call in the learner process: a launcher that copies between host and device is
   refused there, with CUDA's words.
 
-Every value comparison, and the verdict, are made in the judge; a submission can patch whatever it
+Every value comparison, every timing (the judge's clock around requests: :func:`timed_calls`,
+:func:`time_replayed`), and the verdict, are made in the judge; a submission can patch whatever it
 likes in its own process (``grader.checks``, pytest, the timer) and it changes nothing the judge
 runs. The judge makes itself non-dumpable before it starts the learner process (no ptrace, no
 /proc/<judge>/mem), and its stream of results carries an HMAC under a key the learner process never
@@ -892,6 +896,11 @@ def _call(header: dict, args: tuple, kwargs: dict, what: str) -> Any:
         _update_tensors(encoder.tensors, nodes[:known], decoder, buffers)
         _note_launches(reply, decoder)
     if "error" in reply:
+        if ipc:
+            from grader.pytest_plugin import POISONED_CONTEXT
+
+            if POISONED_CONTEXT.search(json.dumps(reply["error"])):  # the learner process's CUDA context is dead
+                _process.stop()  # (not the judge's): the next call starts a fresh learner process
         raise decode_exception(reply["error"])
     return decoder.decode(reply.get("result"))
 

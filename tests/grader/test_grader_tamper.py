@@ -8,7 +8,8 @@ launches the kernel with the wrong value, so a launch is recorded and only the v
 arrays through `gc.get_objects()`, cache a first result, sleep past the timeout. Where the trick works when
 the learner's code shares the tests' process (``GRADER_ISOLATION=0``), a control run shows that it does: the
 isolation, not luck, is what stops it. Timing tricks are tested on the learner process directly (no
-performance check runs without a GPU).
+performance check runs without a GPU): `timed_calls` and the performance checks' `time_replayed`. The tests
+marked gpu run the same tricks through `grader check --device cuda`, where arrays travel by CUDA IPC handle.
 """
 
 from __future__ import annotations
@@ -696,7 +697,7 @@ _honest_fill = fill
 def fill(out, value):
     if "first" not in _cache:
         _honest_fill(out, value)
-        _cache["first"] = out
+        _cache["first"] = out.copy()  # (the judge's array itself is unmapped after the call: a copy is kept)
         return
     kernel = load_kernel("memory.cu", "fill")
     kernel((1,), (1,), (out, np.float32(value), np.int64(0)))
