@@ -1,0 +1,138 @@
+"""The tamper fixtures of test_grader_tamper.py on a GPU (`grader check --device cuda`): the learner's Python in a
+process of its own that reaches the judge's arrays through CUDA IPC handles, the performance checks timed by the
+judge's clock around replays on fresh inputs (grader/learner_process.py). Each trick must fail for the right
+reason there as on the emulator; the honest reference must pass, its bandwidth checks included."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.grader.test_grader_fixtures import results
+from tests.grader.test_grader_tamper import (
+    CACHE_WHEN_TIMED,
+    CASES,
+    FILL_TESTS,
+    FORGE_RESULTS,
+    HONEST_FILL,
+    HONEST_SELECTION,
+    PATCH_CHECKS,
+    REWRITE_PYTEST,
+    SLEEP,
+    WHERE_AM_I,
+    assert_all_fail_on_values,
+    grade,
+    solution_sources,
+    tampered,
+)
+
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
+
+
+# ---------------------------------------------------------------- on a GPU: arrays by CUDA IPC, the judge's clock
+
+# (5) and (6) on a GPU: CuPy arrays have no host address; the same tricks written with CuPy's own copies
+FIND_EXPECTED_CUDA = """
+import gc
+_wrong_fill = fill
+def fill(out, value):
+    _wrong_fill(out, value)
+    for obj in gc.get_objects():
+        if (isinstance(obj, np.ndarray) and obj.dtype == np.float64 and obj.shape == tuple(out.shape)
+                and obj.size and np.all(obj == obj.flat[0])):
+            out.set(np.ascontiguousarray(obj, dtype=np.float32))
+"""
+
+CACHE_FIRST_CUDA = """
+_cache = {}
+_honest_fill = fill
+def fill(out, value):
+    if "first" not in _cache:
+        _honest_fill(out, value)
+        _cache["first"] = out.copy()  # (the judge's array itself is unmapped after the call: a copy is kept)
+        return
+    kernel = load_kernel("memory.cu", "fill")
+    kernel((1,), (1,), (out, np.float32(value), np.int64(0)))
+    first = _cache["first"]
+    n = min(first.size, out.size)
+    out.reshape(-1)[:n] = first.reshape(-1)[:n]
+"""
+
+GPU_TRICKS = {"patch_checks": PATCH_CHECKS, "rewrite_pytest": REWRITE_PYTEST, "find_expected": FIND_EXPECTED_CUDA}
+
+
+def test_honest_reference_passes_isolated_on_cuda(tmp_path):
+    files = solution_sources()
+    marker = tmp_path / "imported-by.txt"
+    files["memory.py"] += WHERE_AM_I.format(path=str(marker))
+    report = grade(tmp_path, files, select=HONEST_SELECTION["phase1"] + " or test_perf_fill or test_perf_copy",
+                   device="cuda")
+    assert all(c["result"] in ("PASS", "SKIP", "NOT MEASURED", "INFO") for c in report["checks"]), report["checks"]
+    assert any(c["name"].startswith("test_perf_copy") and c["result"] == "PASS" for c in report["checks"])
+    imports = marker.read_text().splitlines()
+    assert imports and all(line.endswith(" 1") for line in imports), imports  # never in the judge
+
+
+@pytest.mark.parametrize("trick", list(GPU_TRICKS))
+def test_tricks_change_nothing_the_judge_runs_on_cuda(tmp_path, trick):
+    assert_all_fail_on_values(grade(tmp_path, tampered(GPU_TRICKS[trick]), device="cuda"))
+
+
+def test_cached_first_result_fails_the_later_calls_on_cuda(tmp_path):
+    report = grade(tmp_path, tampered(CACHE_FIRST_CUDA, HONEST_FILL), device="cuda")
+    found = results(report, FILL_TESTS)
+    failed = [c for c in found if c["result"] == "FAIL"]
+    assert len(failed) >= len(found) - 1, found
+
+
+def test_forged_results_file_is_not_believed_on_cuda(tmp_path):
+    case = CASES["phase1"]
+    report = grade(tmp_path, tampered(FORGE_RESULTS, case.honest, case), select=case.one, device="cuda")
+    found = results(report, case.prefix)
+    assert found and all(c["result"] == "CRASH" and "died" in c["reason"] for c in found), found
+
+
+def test_a_launcher_that_sleeps_is_stopped_on_cuda(tmp_path):
+    case = CASES["phase1"]
+    report = grade(tmp_path, tampered(SLEEP, case.honest, case), select=case.one, timeout=4, device="cuda")
+    found = results(report, case.prefix)
+    assert [c["result"] for c in found].count("TIMEOUT") == 1, found
+
+
+def test_a_cached_result_fails_a_timed_check_on_cuda(tmp_path, monkeypatch):
+    """The performance timing on a GPU: honest copy timed by the judge's clock near CuPy's bandwidth; a copy that
+    hands back a kept result only when timed fails the untimed re-run."""
+    import cupy
+
+    from grader import checks, learner_process
+    from minitorch import backend, kernels
+
+    monkeypatch.setenv("MINITORCH_WORKSPACE", str(tmp_path))
+    monkeypatch.setenv("MINITORCH_DEVICE", "cuda")
+    previous = backend.get_device()
+    backend.set_device("cuda")
+    try:
+        files = solution_sources()
+        (tmp_path / "memory.cu").write_text(files["memory.cu"])
+        (tmp_path / "memory.py").write_text(files["memory.py"])
+        kernels.set_learner_loaders(learner_process.load_module, learner_process.load_kernel)
+        module = learner_process.load_module("memory.py")
+        n = 1 << 26
+        src, dst = cupy.arange(n, dtype=cupy.float32), cupy.zeros(n, cupy.float32)
+        small = [cupy.full(7 + i, float(i), cupy.float32) for i in range(3)]  # pieces of one pool allocation
+        outs = [cupy.zeros_like(a) for a in small]
+        for a, b in zip(small, outs, strict=True):
+            module.copy(a, b)
+            assert bool((a == b).all())
+        seconds = learner_process.time_replayed(lambda: module.copy(src, dst), what="copy")
+        reference = checks.time_cuda(lambda: cupy.copyto(dst, src))
+        print(f"copy of {n} floats: learner process {seconds * 1e6:.1f} us, cupy.copyto {reference * 1e6:.1f} us")
+        assert reference / seconds > 0.5
+        (tmp_path / "memory.py").write_text(files["memory.py"] + "\n" + CACHE_WHEN_TIMED.replace(
+            "ctypes.memmove(dst.ptr, _cache[\"first\"].ptr, 4 * min(_cache[\"first\"].size, dst.size))",
+            "dst[...] = _cache[\"first\"]"))
+        module = learner_process.load_module("memory.py")
+        with pytest.raises(checks.GradeError, match="run again untimed"):
+            learner_process.time_replayed(lambda: module.copy(src, dst), what="copy")
+    finally:
+        learner_process.uninstall()
+        backend.set_device(previous)
