@@ -5,6 +5,7 @@ reason there as on the emulator; the honest reference must pass, its bandwidth c
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.grader.test_grader_fixtures import results
@@ -118,11 +119,13 @@ def test_a_cached_result_fails_a_timed_check_on_cuda(tmp_path, monkeypatch):
         module = learner_process.load_module("memory.py")
         n = 1 << 26
         src, dst = cupy.arange(n, dtype=cupy.float32), cupy.zeros(n, cupy.float32)
-        small = [cupy.full(7 + i, float(i), cupy.float32) for i in range(3)]  # pieces of one pool allocation
-        outs = [cupy.zeros_like(a) for a in small]
-        for a, b in zip(small, outs, strict=True):
-            module.copy(a, b)
-            assert bool((a == b).all())
+        big = cupy.arange(1, 4097, dtype=cupy.float32)
+        for start, size in ((0, 7), (3, 1000), (1029, 2048)):  # views at an offset into their allocation
+            other = cupy.zeros(4096, cupy.float32)
+            module.copy(big[start:start + size], other[start + 1:start + 1 + size])
+            expected = np.zeros(4096, np.float32)
+            expected[start + 1:start + 1 + size] = np.arange(start + 1, start + 1 + size)
+            np.testing.assert_array_equal(other.get(), expected)  # there, and nothing written around it
         seconds = learner_process.time_replayed(lambda: module.copy(src, dst), what="copy")
         reference = checks.time_cuda(lambda: cupy.copyto(dst, src))
         print(f"copy of {n} floats: learner process {seconds * 1e6:.1f} us, cupy.copyto {reference * 1e6:.1f} us")
