@@ -107,8 +107,9 @@ def graded_test_files(phase: Phase, opts: CheckOptions) -> list[Path]:
 # (grader/learner_process.py, ARCHITECTURE.md "Grader"), on the emulator (arrays by value) and on a GPU (arrays by
 # CUDA IPC handle, performance timed by the judge: learner_process.time_replayed). Phases 8a and 8b (half-precision
 # arrays, tensor-core kernels) are not isolated yet.
-ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7")
-CUDA_ISOLATED_PHASES = ISOLATED_PHASES
+ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7", "phase8a",
+                   "phase8b")
+CUDA_ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7")
 
 
 ISOLATION_ENV = "GRADER_ISOLATION"  # "0": the learner's code in the tests' own process (the grader's own tests
