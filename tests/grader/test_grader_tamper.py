@@ -462,8 +462,10 @@ def test_isolated_phases_are_the_launcher_level_ones():
         assert not isolated(by_name[name], {"MINITORCH_DEVICE": "emu", "GRADER_ISOLATION": "0"})
         assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cuda", "GRADER_ISOLATION": "0"})
     assert set(CUDA_ISOLATED_PHASES) <= set(ISOLATED_PHASES)
-    assert not isolated(by_name["phase8a"], {"MINITORCH_DEVICE": "emu"})
-    assert not isolated(by_name["phase8a"], {"MINITORCH_DEVICE": "cuda"})
+    assert set(ISOLATED_PHASES) == set(by_name)  # every phase on the emulator
+    for name in ("phase8a", "phase8b"):  # not yet on a GPU (half-precision perf checks not run there isolated)
+        assert isolated(by_name[name], {"MINITORCH_DEVICE": "emu"})
+        assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cuda"})
 
 
 def test_the_judge_maps_the_emulator_runtime_from_a_sealed_copy_of_the_pinned_library():
