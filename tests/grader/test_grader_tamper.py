@@ -59,6 +59,9 @@ class Case:
         return self.tests.split(" ", 1)[0]
 
 
+ALL_BEFORE_8 = ("phase1_memory", "phase2_kernels", "phase3a_forward", "phase3b_backward", "phase4_reductions",
+                "phase5_fast", "phase6_cnn", "phase7_gpt")
+
 CASES = {
     "phase1": Case("phase1", ("phase1_memory",), "memory.py", HONEST_FILL, WRONG_FILL, FILL_TESTS,
                    f"{FILL_TESTS} and 31", "values differ"),
@@ -80,8 +83,22 @@ CASES = {
                    "            (blocks_for(n),), (THREADS,), (x, out, np.int64(n // 2)))\n",
                    "test_gelu_forward_values and not 1000003", "test_gelu_forward_values and 257",
                    "gelu_forward, n="),
+    # the tensor-core phases (half-precision arrays): a conversion of half the elements (none for n = 1), and an
+    # attention computed with the other mask (the same at T = 1, wrong from T = 7)
+    "phase8a": Case("phase8a", ALL_BEFORE_8 + ("phase8a_tensor_cores",), "convert.py",
+                    '    load_kernel("convert.cu", function)((blocks,), (THREADS,), (*args, np.int64(n)))\n',
+                    '    load_kernel("convert.cu", function)((blocks,), (THREADS,), (*args, np.int64(n // 2)))\n',
+                    "test_conversions_at_every_length", "test_conversions_at_every_length and 7",
+                    "not bit-identical"),
+    "phase8b": Case("phase8b", ALL_BEFORE_8 + ("phase8a_tensor_cores", "phase8b_flash"), "flash.py",
+                    "             np.int32(bool(causal)), *drop), smem)\n",
+                    "             np.int32(not causal), *drop), smem)\n",
+                    "test_forward_rung_values and scalar", "test_forward_rung_values and scalar",
+                    "values differ from float64 attention"),
 }
-PHASES = list(CASES)
+PHASES = ["phase1", "phase3b", "phase5", "phase7"]  # every trick, through grader check
+TENSOR_CORE_PHASES = ["phase8a", "phase8b"]         # the honest reference and the patched checks (each run compiles
+                                                    # the phase's kernels on the emulator: kept few)
 
 
 def solution_sources(case: Case = CASES["phase1"]) -> dict[str, str]:
@@ -242,11 +259,13 @@ HONEST_SELECTION = {
     "phase3b": "test_topological_order_of_a_diamond or test_gradients_on_the_device or test_xor_trains",
     "phase5": "test_pool or test_adam_captured",
     "phase7": "test_gelu_forward_values or test_clip_in_a_captured_graph or test_captured_training_step",
+    "phase8a": "test_conversions or test_a_captured_scaled_step",
+    "phase8b": "test_forward_rung_values and scalar or test_dropout_mask_bit_for_bit and 64",
 }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", PHASES + TENSOR_CORE_PHASES)
 def test_honest_reference_passes_isolated(tmp_path, phase):
     case = CASES[phase]
     files = solution_sources(case)
@@ -259,7 +278,7 @@ def test_honest_reference_passes_isolated(tmp_path, phase):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", PHASES + TENSOR_CORE_PHASES)
 def test_patching_grader_checks_changes_nothing_the_judge_runs(tmp_path, phase):
     case, report = grade_case(tmp_path, phase, PATCH_CHECKS)
     assert_all_fail_on_values(report, case.prefix, case.values_words)
