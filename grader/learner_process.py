@@ -1028,6 +1028,7 @@ def timed_calls(fn: Any, calls: list[tuple[tuple, dict]]) -> tuple[float, list[A
 # ---------------------------------------------------------------- performance timings of the learner's code
 
 REPLAY_ROUNDS = 3  # timed requests; the median is the figure
+REPLAY_SECONDS = 0.25  # about the longest a timed request should take (the sets are fewer for slow calls)
 
 
 def time_replayed(fn: Any, *, what: str, reps: int = 100) -> float | None:
@@ -1100,11 +1101,13 @@ def time_replayed(fn: Any, *, what: str, reps: int = 100) -> float | None:
         return (time.perf_counter() - start) / 5
     backend.synchronize()
     warm = {k: _device_copy(a) for k, a in found.items()}
-    _replay(log, [{}], what=f"{what} (replayed)")  # once more on the warm-up's arrays: which ones the calls write
+    # once more on the warm-up's arrays: which ones the calls write, and about how long a request of one set takes
+    once = _replay(log, [{}], what=f"{what} (replayed)")
     backend.synchronize()
     written = {k for k, a in found.items() if not np.array_equal(_host(a), _host(warm[k]), equal_nan=True)}
     nbytes = sum(int(a.nbytes) for a in found.values()) or 1
-    reps = max(2, min(reps, int(_replay_budget() // nbytes) - 3))  # (and the warm-up's copy, a set made again)
+    # as many sets as fit (beside the warm-up's copy and a set made again) and take about REPLAY_SECONDS at most
+    reps = max(2, min(reps, int(_replay_budget() // nbytes) - 3, int(REPLAY_SECONDS / max(once, 1e-6))))
 
     def prestate(i: int, key: int) -> Any:
         a = warm[key]

@@ -685,7 +685,7 @@ def test_replayed_timing_is_the_judges_on_fresh_inputs(learner):
     assert learner_process.time_replayed(lambda: module.copy(src, dst), what="copy", reps=2) >= 0.05
     (workspace / "memory.py").write_text(files["memory.py"] + "\n" + CACHE_WHEN_TIMED)
     module = learner_process.load_module("memory.py")
-    with pytest.raises(checks.GradeError, match=r"copy: timed call \d+ \(of 3\), array 1 .* run again untimed"):
+    with pytest.raises(checks.GradeError, match=r"copy: timed call \d+ \(of [23]\), array 1 .* run again untimed"):
         learner_process.time_replayed(lambda: module.copy(src, dst), what="copy", reps=3)
     assert learner_process.time_replayed(lambda: None, what="nothing") is None  # no learner code: the caller times
 
