@@ -1589,14 +1589,19 @@ def serve(request_fd: int, reply_fd: int, judge: int) -> None:
             return
         slots = header.get("slots") or []
         arrays = []
-        for slot in slots:
-            if slot.get("ipc") is not None:
-                arrays.append(_mapped_array(slot))
-                continue
-            dt, shape = _dtype(slot["dtype"]), _shape(slot["shape"])
-            b = slot.get("b")
-            arrays.append(backend.zeros(shape, dt) if b is None else
-                          backend.asarray(np.frombuffer(buffers[b], dtype=dt).reshape(shape)))
+        try:
+            for slot in slots:
+                if slot.get("ipc") is not None:
+                    arrays.append(_mapped_array(slot))
+                    continue
+                dt, shape = _dtype(slot["dtype"]), _shape(slot["shape"])
+                b = slot.get("b")
+                arrays.append(backend.zeros(shape, dt) if b is None else
+                              backend.asarray(np.frombuffer(buffers[b], dtype=dt).reshape(shape)))
+        except Exception as exc:  # noqa: BLE001 - an array that cannot be made here (a mapping refused): the call fails
+            _unmap_all()
+            send_frame(reply_fd, {"error": encode_exception(exc), "slots": [], "warnings": []}, [])
+            continue
         reply, encoder = _reply(header, slots, buffers, arrays)
         del arrays
         if not header.get("keep_mapped"):
