@@ -97,8 +97,9 @@ CASES = {
                     "values differ from float64 attention"),
 }
 PHASES = ["phase1", "phase3b", "phase5", "phase7"]  # every trick, through grader check
-TENSOR_CORE_PHASES = ["phase8a", "phase8b"]         # the honest reference and the patched checks (each run compiles
-                                                    # the phase's kernels on the emulator: kept few)
+# the tensor-core phases: every trick in Phase 8a (its conversions compile fast), the honest reference and the
+# patched checks in Phase 8b (each run compiles the attention kernels on the emulator: kept few)
+TENSOR_CORE_PHASES = ["phase8a", "phase8b"]
 
 
 def solution_sources(case: Case = CASES["phase1"]) -> dict[str, str]:
@@ -243,6 +244,8 @@ def size_class(nbytes):
     _time.sleep(3600)
 def gelu_forward(x, out):
     _time.sleep(3600)
+def to_16bit(x, out, dtype):
+    _time.sleep(3600)
 """
 
 
@@ -293,14 +296,14 @@ def test_patching_grader_checks_forges_a_pass_without_isolation(tmp_path, phase)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", [*PHASES, "phase8a"])
 def test_rewriting_pytest_changes_nothing_the_judge_runs(tmp_path, phase):
     case, report = grade_case(tmp_path, phase, REWRITE_PYTEST)
     assert_all_fail_on_values(report, case.prefix, case.values_words)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", [*PHASES, "phase8a"])
 def test_forged_results_file_is_not_believed(tmp_path, phase):
     case, report = grade_case(tmp_path, phase, FORGE_RESULTS, honest=True, one=True)
     found = results(report, case.prefix)
@@ -325,7 +328,7 @@ def test_cached_first_result_fails_the_later_calls(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", [*PHASES, "phase8a"])
 def test_a_launcher_that_sleeps_is_stopped_and_named(tmp_path, phase):
     t0 = time.monotonic()
     case, report = grade_case(tmp_path, phase, SLEEP, honest=True, one=True, timeout=4)
