@@ -1053,8 +1053,10 @@ def time_replayed(fn: Any, *, what: str, reps: int = 100) -> float | None:
 
     `fn` (a performance check's ``lambda: gm.gemm(a, b, out)``) is called once, untimed: it compiles what it
     needs, and the judge notes the learner's calls it makes (launchers and kernels, with their arguments). Then
-    those calls are replayed on `reps` fresh sets of arrays, all in one request, and the judge's clock runs from
-    before that request leaves to after its reply is back (the learner process synchronises before replying):
+    those calls are replayed on `reps` fresh sets of arrays (as many as fit in memory and about REPLAY_SECONDS),
+    all in one request, once untimed and then REPLAY_ROUNDS times timed, the judge writing new contents into the
+    sets before each round; the judge's clock runs from before a timed request leaves to after its reply is back
+    (the learner process synchronises before replying), and the median round, divided by `reps`, is the figure:
 
     - the clock is the judge's (``time.perf_counter`` here, never read in the learner process): a learner that
       patches its timer, CuPy's events or the grader's timing helpers in its own process changes nothing here,
@@ -1063,11 +1065,13 @@ def time_replayed(fn: Any, *, what: str, reps: int = 100) -> float | None:
       (another CUDA context), and an interprocess event (``ipcGetEventHandle``) must be made with timing
       disabled, so the only event timings across the two processes would be the learner's own, which it could
       forge. The host clock costs the request's round trip (well under a millisecond), shared by `reps` calls;
-    - each set is fresh: the arrays the calls only read are the warm-up's scaled by ``1 + (i + 1) / (2 reps)``
-      (floats; others copied), those they write start as the warm-up left them. A launcher that keeps a first
-      result, or skips work it saw before, leaves results that belong to other inputs;
-    - on a GPU the sets are mapped by the learner process in a request before the judge writes them, so it holds
-      no input before the timed request (it holds none between requests either: ``_unmap_all``);
+    - each set is fresh, in every round: the arrays the calls only read are the warm-up's scaled by a factor of
+      the set and the round (floats; others copied), those they write start as the warm-up left them. A launcher
+      that keeps a first result, or skips work it saw before, leaves results that belong to other inputs;
+    - on a GPU the sets are pieces of one allocation, mapped by the learner process in the untimed round (its
+      first touches of that memory are not timed) and closed after the last timed round; the judge writes each
+      round's contents after the learner process has answered the request before, so nothing of them exists
+      before the judge's clock but the window of the judge's own write and synchronisation;
     - after the timing, some sets (the first, the last and two the judge draws at random) are made again and
       their calls made untimed, one plain request each (as the value checks make them): every array must come
       out as in the timed request (close, for kernels with atomics), or the check fails naming the call
