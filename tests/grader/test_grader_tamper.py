@@ -700,3 +700,26 @@ def copy(src, dst):
     _fast_copy(src, dst)
 """
 
+
+
+def test_a_prepared_sequence_runs_the_calls_it_kept(learner):
+    """The timed rounds on a GPU send no arguments: the learner process runs the calls it decoded in the untimed
+    round (on the same mapped arrays), until the judge's request that closes the mappings forgets them."""
+    from grader.learner_process import LearnerProcessError
+    from minitorch import backend, kernels
+
+    learner_process, workspace = learner
+    kernels.set_learner_loaders(learner_process.load_module, learner_process.load_kernel)
+    (workspace / "memory.py").write_text(solution_sources()["memory.py"])
+    learner_process.load_module("memory.py")
+    out = backend.zeros(100)
+    log = [({"op": "call", "file": "memory.py", "name": "fill"}, (out, 2.5), {})]
+    kernels.reset_launch_counts()
+    learner_process._replay(log, [{}], what="fill", keep_mapped=True, prepare=True)
+    np.testing.assert_array_equal(out.get(), np.full(100, 2.5, np.float32))
+    assert kernels.launch_count("memory.cu", "fill") == 1
+    learner_process._replay(log, [], what="fill, prepared", keep_mapped=True, prepared=True)
+    assert kernels.launch_count("memory.cu", "fill") == 2  # ran again there, nothing sent
+    learner_process._replay([], [], what="done", dry=True)  # (closes the mappings, forgets the calls)
+    with pytest.raises((RuntimeError, LearnerProcessError), match="no prepared sequence 'timing'"):
+        learner_process._replay(log, [], what="fill, prepared", prepared=True)
