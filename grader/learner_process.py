@@ -718,6 +718,19 @@ class LearnerProcess:
             proc.kill()
             proc.wait()
 
+    @contextlib.contextmanager
+    def paused(self) -> Any:
+        """The learner process stopped (SIGSTOP) for the duration: none of its threads runs meanwhile."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            yield
+            return
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+
     def request(self, header: dict, encoder: Encoder) -> tuple[dict, list[bytes]]:
         if self._busy == threading.get_ident():  # a callback of the judge calling the learner's code again
             raise LearnerProcessError(f"{header.get('what', '?')} was called from a callback of the grader while the "
@@ -1077,8 +1090,10 @@ def time_replayed(fn: Any, *, what: str, reps: int = 200) -> float | None:
       that keeps a first result, or skips work it saw before, leaves results that belong to other inputs;
     - on a GPU the sets are pieces of one allocation, mapped by the learner process in the untimed round (its
       first touches of that memory are not timed) and closed after the last timed round; the judge writes each
-      round's contents after the learner process has answered the request before, so nothing of them exists
-      before the judge's clock but the window of the judge's own write and synchronisation;
+      round's contents while the learner process is stopped (SIGSTOP), so no thread of it can start on them
+      before the judge's clock does. What this leaves open: work the learner's code left running on the GPU
+      itself (a kernel spinning on the mapped sets, launched before the stop) could start on a round's inputs
+      during the judge's write;
     - after the timing, some sets (the first, the last and two the judge draws at random) are made again and
       their calls made untimed, one plain request each (as the value checks make them): every array must come
       out as in the timed request (close, for kernels with atomics), or the check fails naming the call
@@ -1172,7 +1187,11 @@ def _time_sets(log: list, found: dict[int, Any], *, what: str, reps: int) -> flo
     warm_up = _replay(log, sets, what=f"{what} x {reps} (untimed)", keep_mapped=ipc, prepare=ipc)
     seconds = []
     for r in range(1, REPLAY_ROUNDS + 1):
-        fill(r, sets, list(range(reps)))
+        # the learner process, which has the sets mapped, is stopped while the judge writes them: no thread of its own
+        # starts on a round's inputs before the judge's clock does
+        with _process.paused() if ipc else contextlib.nullcontext():
+            fill(r, sets, list(range(reps)))
+            _synchronize_any()
         seconds.append(_replay(log, sets, what=f"{what} x {reps} (timed)", keep_mapped=ipc, prepared=ipc))
     if ipc:  # the mappings closed, untimed
         _replay(log, [], what=f"{what} (arrays unmapped)", dry=True)

@@ -723,3 +723,19 @@ def test_a_prepared_sequence_runs_the_calls_it_kept(learner):
     learner_process._replay([], [], what="done", dry=True)  # (closes the mappings, forgets the calls)
     with pytest.raises((RuntimeError, LearnerProcessError), match="no prepared sequence 'timing'"):
         learner_process._replay(log, [], what="fill, prepared", prepared=True)
+
+
+def test_the_learner_process_is_stopped_while_the_judge_writes_a_rounds_inputs(learner):
+    """While the judge writes a timed round's inputs (into sets the learner process has mapped), that process is
+    stopped: no thread of it can start on them before the judge's clock."""
+    learner_process, workspace = learner
+    (workspace / "pid.py").write_text("import os\ndef pid():\n    return os.getpid()\n")
+    pid = learner_process.load_module("pid.py").pid()
+
+    def state() -> str:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    with learner_process.learner_process().paused():
+        assert state() == "T"
+    assert state() in ("S", "R")
+    assert learner_process.load_module("pid.py").pid() == pid  # it answers again
