@@ -6,11 +6,14 @@ While the graded tests of an isolated phase run (``GRADER_ISOLATE=1``, set by ``
 first call, in the same sandbox, restarted after it dies. The judge sends the arguments and receives
 the results:
 
-- device arrays travel by value: the judge sends each array's bytes (shape, dtype), the learner
-  process makes a device array of them, calls the launcher, then sends back the bytes of every array
-  the call changed, which the judge writes into its own arrays (launchers write their outputs in
-  place). One array passed twice arrives as one array. NumPy arrays, NumPy scalars (their dtype
-  kept), numbers, strings, tuples, lists and dicts of them travel as they are;
+- on the emulator device arrays travel by value: the judge sends each array's bytes (shape, dtype),
+  the learner process makes a device array of them, calls the launcher, then sends back the bytes of
+  every array the call changed, which the judge writes into its own arrays (launchers write their
+  outputs in place). One array passed twice arrives as one array. On a GPU they travel by CUDA IPC
+  handle (the allocation holding the array, the array's offset there): the learner process maps the
+  judge's memory for the request, its kernels write the judge's arrays in place, and it closes the
+  mappings before it replies. NumPy arrays, NumPy scalars (their dtype kept), numbers, strings,
+  tuples, lists and dicts of them travel as they are;
 - nothing the learner process sends is unpickled or executed: replies are a JSON header and raw
   bytes, decoded into those types only;
 - an exception comes back as the same type where it is a builtin or one of the course's own
@@ -28,7 +31,8 @@ the results:
   capture of the call in the learner process: a launcher that copies between host and device is
   refused there, with CUDA's words.
 
-Every value comparison, and the verdict, are made in the judge; a submission can patch whatever it
+Every value comparison, every timing (the judge's clock around requests: :func:`timed_calls`,
+:func:`time_replayed`), and the verdict, are made in the judge; a submission can patch whatever it
 likes in its own process (``grader.checks``, pytest, the timer) and it changes nothing the judge
 runs. The judge makes itself non-dumpable before it starts the learner process (no ptrace, no
 /proc/<judge>/mem), and its stream of results carries an HMAC under a key the learner process never
@@ -92,12 +96,17 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
-def send_frame(fd: int, header: dict, buffers: list[bytes]) -> None:
+def frame(header: dict, buffers: list[bytes]) -> bytes:
+    """The bytes of a frame: its JSON header's length and text, then each buffer's length and bytes."""
     head = json.dumps(header).encode()
     parts = [_HEADER.pack(len(head)), head, _HEADER.pack(len(buffers))]
     for b in buffers:
         parts += [_HEADER.pack(len(b)), b]
-    _write_all(fd, b"".join(parts))
+    return b"".join(parts)
+
+
+def send_frame(fd: int, header: dict, buffers: list[bytes]) -> None:
+    _write_all(fd, frame(header, buffers))
 
 
 def recv_frame(fd: int) -> tuple[dict, list[bytes]]:
@@ -139,7 +148,11 @@ def _shape(shape: Any) -> tuple[int, ...]:
 class Encoder:
     """Values to JSON and buffers; device arrays go to a table of slots (one slot per array)."""
 
-    def __init__(self, with_contents: bool = True) -> None:
+    def __init__(self, with_contents: bool = True, ipc: bool = False) -> None:
+        self.ipc = ipc                        # device arrays by CUDA IPC handle (the judge on a GPU), not by value
+        # allocation start -> its IPC handle: one per allocation a request, or a timing (time_replayed keeps them for
+        # all its requests, so that the learner process finds its mappings again instead of opening them anew)
+        self._handles: dict[int, bytes] = _timing_handles if _timing_handles is not None else {}
         self.buffers: list[bytes] = []
         self.slots: list[dict] = []
         self.arrays: list[Any] = []           # the device array of each slot
@@ -165,6 +178,8 @@ class Encoder:
     def device(self, a: Any) -> dict:
         from minitorch import backend
 
+        if self.ipc and a.size and all(st >= 0 for st in a.strides):
+            return {"t": "dev", "i": self._ipc_slot(a)}
         key = (_address(a), a.nbytes, str(a.dtype), tuple(a.shape))
         slot = self._slot_of.get(key)
         if slot is not None:
@@ -174,6 +189,19 @@ class Encoder:
             return {"t": "view", "i": base, "dtype": str(a.dtype), "shape": list(a.shape)}
         contents = np.ascontiguousarray(backend.asnumpy(a)).tobytes() if self.with_contents else None
         return {"t": "dev", "i": self.register(a, None if contents is None else self.buffer(contents))}
+
+    def _ipc_slot(self, a: Any) -> int:
+        """A slot naming `a` by the CUDA IPC handle of the allocation holding it and its offset there: the learner
+        process maps the judge's memory and its kernels write the judge's arrays in place (nothing copied)."""
+        key = ("ipc", _address(a), str(a.dtype), tuple(a.shape), tuple(a.strides))
+        slot = self._slot_of.get(key)
+        if slot is None:
+            base, handle = cuda_ipc_handle(_address(a), self._handles)
+            slot = self._slot_of[key] = len(self.slots)  # type: ignore[index]
+            self.slots.append({"dtype": str(a.dtype), "shape": list(a.shape), "strides": list(a.strides), "b": None,
+                               "ipc": handle.hex(), "off": _address(a) - base})
+            self.arrays.append(a)
+        return slot
 
     def known_tensors(self, tensors: list[Any]) -> None:
         """Nodes 0 .. len(tensors) - 1 are these tensors (the request's, in a reply): referred to, not sent again."""
@@ -437,6 +465,108 @@ def _address(a: Any) -> int:
     return int(ptr if ptr is not None else a.ptr)
 
 
+# ---------------------------------------------------------------- CUDA IPC: the judge's device arrays on a GPU
+#
+# On a GPU the learner process maps the judge's memory instead of receiving copies: a slot names the allocation
+# holding an array by its CUDA IPC handle, with the array's offset in it (CuPy's memory pool hands out pieces of
+# larger cudaMalloc allocations, and a handle always names a whole allocation: cudaIpcOpenMemHandle maps its
+# start). The learner process opens each handle once per request and closes them all before it replies (the
+# judge may free or reuse the memory once it has the reply), so outside a request it can reach none of the
+# judge's memory. The judge synchronises its device before sending a request, the learner process before it
+# replies: each side sees the other's writes.
+
+_libcuda: Any = None
+_timing_handles: dict[int, bytes] | None = None  # judge: the IPC handles of a time_replayed's allocations
+_mapped: dict[str, int] = {}  # learner process: IPC handle (hex) -> the address of its mapping
+_views: dict[tuple, Any] = {}  # learner process: (handle, offset, dtype, shape, strides) -> its array, while mapped
+_prepared: dict[str, list] = {}  # learner process: a timing's calls, ready to run again on its mapped arrays
+
+
+def _driver() -> Any:
+    global _libcuda
+    if _libcuda is None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        lib.cuMemGetAddressRange_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_size_t),
+                                                ctypes.c_uint64]
+        lib.cuMemGetAddressRange_v2.restype = ctypes.c_int
+        _libcuda = lib
+    return _libcuda
+
+
+def cuda_ipc_handle(ptr: int, known: dict[int, bytes] | None = None) -> tuple[int, bytes]:
+    """(base, handle): the start of the device allocation holding the address `ptr`, and its CUDA IPC handle (taken
+    from `known`, by allocation start, when there: one handle, and so one mapping, per allocation a request)."""
+    import cupy
+
+    base, size = ctypes.c_uint64(), ctypes.c_size_t()
+    rc = _driver().cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(size), ctypes.c_uint64(ptr))
+    if rc != 0:
+        raise TransportError(f"the device address {ptr:#x} is in no allocation of the grader's (CUDA driver error {rc})")
+    start = int(base.value)
+    handle = None if known is None else known.get(start)
+    if handle is None:
+        handle = bytes(cupy.cuda.runtime.ipcGetMemHandle(start))
+        if known is not None:
+            known[start] = handle
+    return start, handle
+
+
+def _mapped_array(slot: dict) -> Any:
+    """The learner process's view of a judge's array named by IPC handle and offset (``Encoder._ipc_slot``)."""
+    import cupy
+
+    handle, offset, strides = slot.get("ipc"), slot.get("off"), slot.get("strides")
+    if not (isinstance(handle, str) and len(handle) == 128 and isinstance(offset, int) and offset >= 0):
+        raise LearnerProcessError(f"an IPC slot that is not one: {str(slot)[:120]}")
+    dt, shape = _dtype(slot["dtype"]), _shape(slot["shape"])
+    if not (isinstance(strides, list) and len(strides) == len(shape) and all(isinstance(s, int) and s >= 0
+                                                                               for s in strides)):
+        raise LearnerProcessError(f"strides that are not a list of sizes: {strides!r}")
+    key = (handle, offset, dt.str, shape, tuple(strides))
+    view = _views.get(key)
+    if view is not None:  # made by an earlier request that kept its mappings (a timing's sets, mapped beforehand)
+        return view
+    base = _mapped.get(handle)
+    if base is None:
+        base = _mapped[handle] = int(cupy.cuda.runtime.ipcOpenMemHandle(bytes.fromhex(handle)))
+    span = sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + dt.itemsize if all(shape) else 0
+    memory = cupy.cuda.UnownedMemory(base + offset, span, _mapped, cupy.cuda.Device().id)
+    view = _views[key] = cupy.ndarray(shape, dt, cupy.cuda.MemoryPointer(memory, 0), tuple(strides))
+    return view
+
+
+def _unmap_all() -> None:
+    """Close every IPC mapping (after the learner's work on them is done)."""
+    _views.clear()
+    _prepared.clear()
+    if not _mapped:
+        return
+    import cupy
+
+    try:
+        cupy.cuda.Device().synchronize()
+    except Exception:  # noqa: BLE001 - a faulted context: the mappings go with the process
+        pass
+    for address in list(_mapped.values()):
+        try:
+            cupy.cuda.runtime.ipcCloseMemHandle(address)
+        except Exception:  # noqa: BLE001
+            pass
+    _mapped.clear()
+
+
+def _synchronize_device() -> None:
+    import cupy
+
+    cupy.cuda.Device().synchronize()
+
+
+def _judge_uses_ipc() -> bool:
+    from minitorch import backend
+
+    return backend.get_device() == "cuda"
+
+
 # ---------------------------------------------------------------- exceptions
 
 
@@ -588,6 +718,19 @@ class LearnerProcess:
             proc.kill()
             proc.wait()
 
+    @contextlib.contextmanager
+    def paused(self) -> Any:
+        """The learner process stopped (SIGSTOP) for the duration: none of its threads runs meanwhile."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            yield
+            return
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+
     def request(self, header: dict, encoder: Encoder) -> tuple[dict, list[bytes]]:
         if self._busy == threading.get_ident():  # a callback of the judge calling the learner's code again
             raise LearnerProcessError(f"{header.get('what', '?')} was called from a callback of the grader while the "
@@ -604,9 +747,10 @@ class LearnerProcess:
             self.stop()
             self._start()
         assert self._to is not None and self._from is not None
+        request = frame({**header, "slots": encoder.slots}, encoder.buffers)  # (made before the clock starts)
         try:
             start = time.perf_counter()
-            send_frame(self._to, {**header, "slots": encoder.slots}, encoder.buffers)
+            _write_all(self._to, request)
             failed: BaseException | None = None
             while True:
                 reply, buffers = recv_frame(self._from)
@@ -729,14 +873,22 @@ def learner_process() -> LearnerProcess:
     return _process
 
 
+_call_log: list | None = None  # judge: while time_replayed watches, the learner's calls made (target, args, kwargs)
+
+
 def _call(header: dict, args: tuple, kwargs: dict, what: str) -> Any:
     """Send one call (a launcher, or a kernel launch) and apply its reply in the judge."""
     from minitorch import backend
 
+    if _call_log is not None and header.get("op") in ("call", "launch"):
+        _call_log.append((dict(header), args, kwargs))
     capture = _capturing()
-    encoder = Encoder(with_contents=not capture)  # nothing is read from the device during a capture
+    ipc = _judge_uses_ipc()
+    encoder = Encoder(with_contents=not capture, ipc=ipc)  # nothing is read from the device during a capture
     payload = {"args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}
     header = {**header, **payload, "nodes": encoder.nodes, "what": what, "capture": capture, "emu": _emu_settings()}
+    if ipc and not capture:  # the judge's writes to the arrays done before the learner's kernels read them
+        _synchronize_device()
     reply, buffers = _process.request(header, encoder)
     if reply.get("warnings"):
         _rewarn(reply["warnings"])
@@ -776,6 +928,11 @@ def _call(header: dict, args: tuple, kwargs: dict, what: str) -> Any:
         _update_tensors(encoder.tensors, nodes[:known], decoder, buffers)
         _note_launches(reply, decoder)
     if "error" in reply:
+        if ipc:
+            from grader.pytest_plugin import POISONED_CONTEXT
+
+            if POISONED_CONTEXT.search(json.dumps(reply["error"])):  # the learner process's CUDA context is dead
+                _process.stop()  # (not the judge's): the next call starts a fresh learner process
         raise decode_exception(reply["error"])
     return decoder.decode(reply.get("result"))
 
@@ -900,6 +1057,301 @@ def timed_calls(fn: Any, calls: list[tuple[tuple, dict]]) -> tuple[float, list[A
     return _process.last_seconds, results
 
 
+# ---------------------------------------------------------------- performance timings of the learner's code
+
+REPLAY_ROUNDS = 3  # timed requests; the median is the figure
+REPLAY_SECONDS = 0.25  # about the longest a timed request should take (the sets are fewer for slow calls)
+last_timing: dict[str, Any] = {}  # the latest time_replayed's sets, and the seconds of each of its requests
+
+
+def time_replayed(fn: Any, *, what: str, reps: int = 200) -> float | None:
+    """Seconds one ``fn()`` takes on the device, by the judge's clock, while the learner's code runs in its own
+    process; None when `fn` calls none of the learner's code or passes it what a replay cannot copy (a Tensor:
+    the caller times `fn` itself).
+
+    `fn` (a performance check's ``lambda: gm.gemm(a, b, out)``) is called once, untimed: it compiles what it
+    needs, and the judge notes the learner's calls it makes (launchers and kernels, with their arguments). Then
+    those calls are replayed on `reps` fresh sets of arrays (as many as fit in memory and about REPLAY_SECONDS),
+    all in one request, once untimed and then REPLAY_ROUNDS times timed, the judge writing new contents into the
+    sets before each round; the judge's clock runs from before a timed request leaves to after its reply is back
+    (the learner process synchronises before replying), and the fastest round, divided by `reps`, is the figure.
+    On a GPU the learner process keeps the calls it decoded in the untimed round, and a timed request only says to
+    run them again (their arrays are the mapped sets, whose contents the judge rewrote):
+
+    - the clock is the judge's (``time.perf_counter`` here, never read in the learner process): a learner that
+      patches its timer, CuPy's events or the grader's timing helpers in its own process changes nothing here,
+      and every bit of work it does during the request (Python, copies, sleeps) is counted;
+    - CUDA events could not do better: events of the judge's stream do not order the learner process's launches
+      (another CUDA context), and an interprocess event (``ipcGetEventHandle``) must be made with timing
+      disabled, so the only event timings across the two processes would be the learner's own, which it could
+      forge. The host clock costs the request's round trip (well under a millisecond), shared by `reps` calls;
+    - each set is fresh, in every round: the arrays the calls only read are the warm-up's scaled by a factor of
+      the set and the round (floats; others copied), those they write start as the warm-up left them. A launcher
+      that keeps a first result, or skips work it saw before, leaves results that belong to other inputs;
+    - on a GPU the sets are pieces of one allocation, mapped by the learner process in the untimed round (its
+      first touches of that memory are not timed) and closed after the last timed round; the judge writes each
+      round's contents while the learner process is stopped (SIGSTOP), so no thread of it can start on them
+      before the judge's clock does. What this leaves open: work the learner's code left running on the GPU
+      itself (a kernel spinning on the mapped sets, launched before the stop) could start on a round's inputs
+      during the judge's write;
+    - after the timing, some sets (the first, the last and two the judge draws at random) are made again and
+      their calls made untimed, one plain request each (as the value checks make them): every array must come
+      out as in the timed request (close, for kernels with atomics), or the check fails naming the call
+      (``GradeError``). What this cannot catch is a launcher wrong in the same way timed and untimed (a result
+      kept for every call of one size, say): that is the value checks' to find, at their sizes.
+    """
+
+    from minitorch import backend
+    from minitorch.tensor import Tensor
+
+    global _call_log
+    _call_log = []
+    try:
+        fn()
+    finally:
+        log, _call_log = _call_log, None
+    if not log:
+        return None
+    found: dict[int, Any] = {}
+    unsupported = []
+
+    def collect(v: Any) -> None:
+        if isinstance(v, Tensor):
+            unsupported.append(v)
+        elif backend.is_device_array(v):
+            found.setdefault(id(v), v)
+        elif isinstance(v, (tuple, list)):
+            for x in v:
+                collect(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                collect(x)
+
+    for _, args, kwargs in log:
+        collect(args)
+        collect(kwargs)
+    if not found and not unsupported:
+        return None
+    if unsupported:  # Tensors (their tapes) cannot be copied into fresh sets: the judge's clock around whole calls
+        _synchronize_any()
+        start = time.perf_counter()
+        for _ in range(5):
+            fn()
+        _synchronize_any()
+        return (time.perf_counter() - start) / 5
+    global _timing_handles
+    _timing_handles = {}  # every array of the timing lives until it returns: their handles stay valid
+    try:
+        return _time_sets(log, found, what=what, reps=reps)
+    finally:
+        _timing_handles = None
+
+
+def _time_sets(log: list, found: dict[int, Any], *, what: str, reps: int) -> float:
+    """time_replayed's timing proper, once it has the learner's calls (`log`) and the arrays they take (`found`)."""
+    import random
+
+    from minitorch import backend
+
+    backend.synchronize()
+    warm = {k: _device_copy(a) for k, a in found.items()}
+    # once more on the warm-up's arrays: which ones the calls write, and about how long a request of one set takes
+    # (the second of two: the first may pay for imports in the learner process)
+    once = _replay(log, [{}], what=f"{what} (replayed)")
+    once = min(once, _replay(log, [{}], what=f"{what} (replayed)"))
+    backend.synchronize()
+    written = {k for k, a in found.items() if not np.array_equal(_host(a), _host(warm[k]), equal_nan=True)}
+    nbytes = sum(int(a.nbytes) for a in found.values()) or 1
+    # as many sets as fit (beside the warm-up's copy and a set made again) and take about REPLAY_SECONDS at most
+    reps = max(2, min(reps, int(_replay_budget() // nbytes) - 3, int(REPLAY_SECONDS / max(once, 1e-6))))
+
+    def prestate(r: int, i: int, key: int) -> Any:
+        """Set `i`'s array `key` before round `r`'s calls: read-only floats scaled by a factor of its own."""
+        a = warm[key]
+        if key in written or np.dtype(a.dtype).kind != "f":
+            return _device_copy(a)
+        return _scaled(a, 1.0 + (r * reps + i + 1) / (2.0 * reps * (REPLAY_ROUNDS + 1)))
+
+    def fill(r: int, sets: list[dict[int, Any]], indices: list[int]) -> None:
+        for i, subst in zip(indices, sets, strict=True):
+            for key in found:
+                _copy_into(subst[key], prestate(r, i, key))
+
+    sets = _fresh_sets(found, reps)
+    ipc = _judge_uses_ipc()
+    # Round 0, untimed: the sets mapped (on a GPU) and the calls run once on each, so that a timed round pays no
+    # first touch of fresh memory; then each round's contents are new (the judge writes them), and timed.
+    # On a GPU the learner process keeps the calls it decoded in the untimed round (their arrays are the mapped
+    # sets, which the judge rewrites): a timed request carries no arguments to decode, only the word to run them.
+    fill(0, sets, list(range(reps)))
+    warm_up = _replay(log, sets, what=f"{what} x {reps} (untimed)", keep_mapped=ipc, prepare=ipc)
+    seconds = []
+    for r in range(1, REPLAY_ROUNDS + 1):
+        # the learner process, which has the sets mapped, is stopped while the judge writes them: no thread of its own
+        # starts on a round's inputs before the judge's clock does
+        with _process.paused() if ipc else contextlib.nullcontext():
+            fill(r, sets, list(range(reps)))
+            _synchronize_any()
+        seconds.append(_replay(log, sets, what=f"{what} x {reps} (timed)", keep_mapped=ipc, prepared=ipc))
+    if ipc:  # the mappings closed, untimed
+        _replay(log, [], what=f"{what} (arrays unmapped)", dry=True)
+    last_timing.clear()
+    last_timing.update(reps=reps, once=once, warm_up=warm_up, rounds=seconds, nbytes=nbytes)
+    checked = sorted({0, reps - 1, *random.SystemRandom().sample(range(reps), min(2, reps))})
+    for i in checked:
+        again = {key: _device_empty_like(a) for key, a in found.items()}
+        fill(REPLAY_ROUNDS, [again], [i])
+        for target, args, kwargs in log:  # one plain call a request, as the value checks make them
+            _call(dict(target), _swap(args, again), _swap(kwargs, again), f"{what} (set {i} again, untimed)")
+        for n, key in enumerate(found):
+            _require_same(sets[i][key], again[key], f"{what}: timed call {i} (of {reps}), array {n} of its arguments")
+    sets.clear()  # (the arrays go before the pool lets go of their memory)
+    warm.clear()
+    del again
+    _release_cached_memory()
+    return min(seconds) / reps  # the fastest round: what slows a round (the machine's noise) never speeds one
+
+
+PREPARED = "timing"  # the name of a timing's calls kept in the learner process
+
+
+def _replay(log: list, sets: list[dict[int, Any]], *, what: str, dry: bool = False, keep_mapped: bool = False,
+            prepare: bool = False, prepared: bool = False) -> float:
+    """Run the logged calls once per set (each set: id of a logged array -> the array standing in for it; an empty
+    set: the logged arrays themselves), in one request; returns the seconds the request took by the judge's clock.
+    `prepare`: the learner process keeps the calls; `prepared`: it runs the calls it kept (nothing is sent)."""
+    header: dict[str, Any] = {"op": "sequence", "dry": dry, "keep_mapped": keep_mapped}
+    if prepared:
+        _call({**header, "prepared": PREPARED}, ([],), {}, what)
+        return _process.last_seconds
+    if prepare:
+        header["prepare"] = PREPARED
+    steps = [[target, list(_swap(args, subst)), _swap(kwargs, subst)] for subst in sets for target, args, kwargs in log]
+    _call(header, (steps,), {}, what)
+    return _process.last_seconds
+
+
+def _swap(v: Any, subst: dict[int, Any]) -> Any:
+    """`v` with each array whose id `subst` names replaced by its stand-in (through tuples, lists and dicts)."""
+    if id(v) in subst:
+        return subst[id(v)]
+    if isinstance(v, tuple):
+        return tuple(_swap(x, subst) for x in v)
+    if isinstance(v, list):
+        return [_swap(x, subst) for x in v]
+    if isinstance(v, dict):
+        return {k: _swap(x, subst) for k, x in v.items()}
+    return v
+
+
+def _synchronize_any() -> None:
+    if _judge_uses_ipc():
+        _synchronize_device()
+
+
+def _replay_budget() -> float:
+    """Bytes the timing's fresh sets of arrays may take: enough for the request's round trip to be a small part of
+    the time of the calls it carries (at 256 MiB arrays, 60 or more calls)."""
+    from minitorch import backend
+
+    if backend.get_device() == "cuda":
+        import cupy
+
+        return min(0.4 * cupy.cuda.runtime.memGetInfo()[0], 24e9)
+    return 64e6
+
+
+def _release_cached_memory() -> None:
+    """The timing's sets given back to the device (CuPy's pool would keep them from the checks after it)."""
+    if _judge_uses_ipc():
+        import cupy
+
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def _host(a: Any) -> np.ndarray:
+    from minitorch import backend
+
+    return np.asarray(backend.asnumpy(a))
+
+
+def _device_copy(a: Any) -> Any:
+    from minitorch import backend
+
+    if backend.get_device() == "cuda":
+        return a.copy()
+    return backend.asarray(np.ascontiguousarray(_host(a)))
+
+
+def _fresh_sets(found: dict[int, Any], reps: int) -> list[dict[int, Any]]:
+    """`reps` sets of arrays like `found`'s. On a GPU all of them are pieces of one allocation (one IPC handle, one
+    mapping in the learner process, whatever the number of sets), each array 512-byte aligned."""
+    from minitorch import backend
+
+    if backend.get_device() != "cuda":
+        return [{key: _device_empty_like(a) for key, a in found.items()} for _ in range(reps)]
+    import cupy
+
+    step = {key: -(-int(a.nbytes) // 512) * 512 for key, a in found.items()}
+    arena = cupy.empty(max(1, reps * sum(step.values())), dtype=np.uint8)
+    sets, offset = [], 0
+    for _ in range(reps):
+        views = {}
+        for key, a in found.items():
+            views[key] = arena[offset:offset + int(a.nbytes)].view(a.dtype).reshape(a.shape)
+            offset += step[key]
+        sets.append(views)
+    return sets
+
+
+def _device_empty_like(a: Any) -> Any:
+    from minitorch import backend
+
+    return backend.empty(tuple(a.shape), a.dtype)
+
+
+def _copy_into(dst: Any, src: Any) -> None:
+    from minitorch import backend
+
+    if backend.get_device() == "cuda":
+        import cupy
+
+        cupy.copyto(dst, src)
+    else:
+        dst.set(np.ascontiguousarray(_host(src)))
+
+
+def _scaled(a: Any, factor: float) -> Any:
+    from minitorch import backend
+
+    if backend.get_device() == "cuda":
+        return (a * factor).astype(a.dtype)
+    return backend.asarray((_host(a) * factor).astype(a.dtype))
+
+
+def _require_same(timed: Any, again: Any, what: str) -> None:
+    """The device arrays `timed` and `again` hold the same values (close: kernels with atomics add in any order)."""
+    from grader.checks import GradeError
+
+    if _judge_uses_ipc() and np.dtype(timed.dtype).kind != "b":  # compared on the device: arrays of 256 MiB
+        import cupy
+
+        a, b = timed.reshape(-1).astype(cupy.float64), again.reshape(-1).astype(cupy.float64)
+        finite = cupy.isfinite(b)
+        scale = float(cupy.abs(cupy.where(finite, b, 0)).max()) if b.size else 0.0
+        if bool(cupy.isclose(a, b, rtol=1e-3, atol=1e-4 * scale, equal_nan=True).all()):
+            return
+    got, want = np.asarray(_host(timed), np.float64).reshape(-1), np.asarray(_host(again), np.float64).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        scale = float(np.nanmax(np.abs(want[np.isfinite(want)]))) if np.isfinite(want).any() else 0.0
+        same = np.isclose(got, want, rtol=1e-3, atol=1e-4 * scale, equal_nan=True)
+    if not same.all():
+        j = int(np.flatnonzero(~same)[0])
+        raise GradeError(f"{what} holds {got[j]!r} at index {j} where the same call on the same inputs, run again "
+                         f"untimed, gives {want[j]!r}: a timed call must compute its own result (a result kept from "
+                         f"an earlier call, or work skipped because the arguments looked alike, is not)")
+
+
 _modules: dict[str, tuple[Any, ProxyModule]] = {}
 
 
@@ -930,6 +1382,9 @@ def install() -> None:
     from minitorch import kernels
 
     sandbox.protect_this_process()
+    if _judge_uses_ipc():  # a GPU: the learner's kernels are device code in another process; no emulator here
+        kernels.set_learner_loaders(load_module, load_kernel)
+        return
     # The emulator's runtime, mapped here from a sealed copy: the learner's process (same user) could rewrite
     # the cached library in place while the judge has it mapped, and so run its code in the judge.
     from minitorch.emu import rt
@@ -963,13 +1418,13 @@ def runtime_pin() -> dict[str, str]:
 
 
 def enabled() -> bool:
-    """True in the graded tests of an isolated phase on the emulator (on a GPU the learner's code still runs
-    in the tests' process: ARCHITECTURE.md, Grader)."""
+    """True in the graded tests of an isolated phase (``grader check`` sets ``GRADER_ISOLATE`` for the phases and
+    devices ``tests_step.isolated`` names), on the emulator or a GPU."""
     if os.environ.get(ISOLATE_ENV) != "1" or os.environ.get(LEARNER_ENV) == "1":
         return False
     from minitorch import backend
 
-    return backend.get_device() == "emu"
+    return backend.get_device() in ("emu", "cuda")
 
 
 # ---------------------------------------------------------------- the learner process
@@ -1034,6 +1489,25 @@ def _run(header: dict, args: tuple, kwargs: dict) -> Any:
         target = getattr(kernels.load_module(str(target_header["file"])), str(target_header["name"]))
         sets = args[0] if args else []
         fn = lambda: [target(*a, **k) for a, k in sets]  # noqa: E731
+    elif op == "sequence":  # replays of the learner's calls a timing made (time_replayed); nothing between them
+        if header.get("prepared") is not None:  # the calls of an earlier request, on the same mapped arrays
+            steps = _prepared.get(str(header["prepared"]))
+            if steps is None:
+                raise LearnerProcessError(f"no prepared sequence {header['prepared']!r} in the learner's process")
+        else:
+            resolved: dict[str, Any] = {}
+            steps = [_step(step, resolved) for step in (args[0] if args else [])]
+            if header.get("prepare") is not None:
+                _prepared[str(header["prepare"])] = steps
+        if header.get("dry"):  # only the arrays mapped (or unmapped), nothing run
+            steps = []
+
+        def fn() -> None:
+            from grader.checks import _async_launches
+
+            with _async_launches():
+                for step in steps:
+                    step()
     elif op == "helper":
         target = _grader_helper(header.get("module"), header.get("name"))
         fn = lambda: target(*args, **kwargs)  # noqa: E731
@@ -1045,6 +1519,31 @@ def _run(header: dict, args: tuple, kwargs: dict) -> Any:
     result = fn()
     backend.synchronize()
     return result
+
+
+def _step(step: Any, resolved: dict[str, Any]) -> Any:
+    """One call of a replayed sequence: ``[target, args, kwargs]``, the target a launcher or a kernel (looked up
+    once a sequence: `resolved`)."""
+    from minitorch import kernels
+
+    if not (isinstance(step, list) and len(step) == 3 and isinstance(step[0], dict)):
+        raise LearnerProcessError("a replayed call that is not [target, args, kwargs]")
+    target, args, kwargs = step[0], tuple(step[1]), dict(step[2])
+    key = json.dumps(target, sort_keys=True)
+    if target.get("op") == "call":
+        function = resolved.get(key)
+        if function is None:
+            function = resolved[key] = getattr(kernels.load_module(str(target["file"])), str(target["name"]))
+        return lambda: function(*args, **kwargs)
+    if target.get("op") == "launch":
+        kernel = resolved.get(key)
+        if kernel is None:
+            kernel = resolved[key] = kernels.load_kernel(
+                str(target["file"]), str(target["function"]), tuple(target.get("options") or ()),
+                tuple(target.get("names") or ()) or None)
+        grid, block, shared = tuple(target["grid"]), tuple(target["block"]), int(target.get("shared_mem", 0))
+        return lambda: kernel(grid, block, args, shared_mem=shared, **kwargs)
+    raise LearnerProcessError(f"a replayed call of {target.get('op')!r}")
 
 
 HELPER_PACKAGE = "grader.tests."
@@ -1112,8 +1611,9 @@ def _reply(header: dict, slots: list, buffers: list[bytes], arrays: list) -> tup
         try:
             decoder.build_tensors(header.get("nodes") or [])
             args, kwargs = decoder.decode(header.get("args")), decoder.decode(header.get("kwargs"))
-            # A helper (a training loop) is not recorded: its records would keep every array it made alive.
-            recorder = (contextlib.nullcontext([]) if header.get("op") == "helper"
+            # A helper (a training loop) is not recorded: its records would keep every array it made alive; nor is a
+            # timing's replay (records are no evidence there, and encoding them would be timed).
+            recorder = (contextlib.nullcontext([]) if header.get("op") in ("helper", "sequence")
                         else kernels.recording(MAX_LAUNCH_RECORDS))
             with recorder as launches, _emu_context(header.get("emu") or {}):
                 result_value = _run(header, tuple(args or ()), dict(kwargs or {}))
@@ -1125,7 +1625,7 @@ def _reply(header: dict, slots: list, buffers: list[bytes], arrays: list) -> tup
     encoder = Encoder()
     for i, a in enumerate(arrays):  # the call's own arrays keep their slots; only those it changed go back
         changed = None
-        if not capture:
+        if not capture and slots[i].get("ipc") is None:  # (a mapped array was written in place)
             now = np.ascontiguousarray(a.get()).tobytes()
             before = slots[i].get("b")
             if before is None or now != buffers[before]:
@@ -1193,10 +1693,21 @@ def serve(request_fd: int, reply_fd: int, judge: int) -> None:
             return
         slots = header.get("slots") or []
         arrays = []
-        for slot in slots:
-            dt, shape = _dtype(slot["dtype"]), _shape(slot["shape"])
-            b = slot.get("b")
-            arrays.append(backend.zeros(shape, dt) if b is None else
-                          backend.asarray(np.frombuffer(buffers[b], dtype=dt).reshape(shape)))
+        try:
+            for slot in slots:
+                if slot.get("ipc") is not None:
+                    arrays.append(_mapped_array(slot))
+                    continue
+                dt, shape = _dtype(slot["dtype"]), _shape(slot["shape"])
+                b = slot.get("b")
+                arrays.append(backend.zeros(shape, dt) if b is None else
+                              backend.asarray(np.frombuffer(buffers[b], dtype=dt).reshape(shape)))
+        except Exception as exc:  # noqa: BLE001 - an array that cannot be made here (a mapping refused): the call fails
+            _unmap_all()
+            send_frame(reply_fd, {"error": encode_exception(exc), "slots": [], "warnings": []}, [])
+            continue
         reply, encoder = _reply(header, slots, buffers, arrays)
+        del arrays
+        if not header.get("keep_mapped"):
+            _unmap_all()
         send_frame(reply_fd, reply, encoder.buffers)

@@ -104,10 +104,12 @@ def graded_test_files(phase: Phase, opts: CheckOptions) -> list[Path]:
 
 
 # Phases whose graded tests never import the learner's Python: it runs in a learner process of its own
-# (grader/learner_process.py, ARCHITECTURE.md "Grader"). On the emulator; on a GPU the tests still call it in
-# their own process (arrays by CUDA IPC are not written yet). Phase 8a (half-precision arrays, tensor-core
-# kernels) is not isolated yet.
-ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7")
+# (grader/learner_process.py, ARCHITECTURE.md "Grader"), on the emulator (arrays by value) and on a GPU (arrays by
+# CUDA IPC handle, performance timed by the judge: learner_process.time_replayed). Phases 8a and 8b are isolated on
+# the emulator only: their half-precision performance checks have not yet been run isolated on a GPU.
+ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7", "phase8a",
+                   "phase8b")
+CUDA_ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7")
 
 
 ISOLATION_ENV = "GRADER_ISOLATION"  # "0": the learner's code in the tests' own process (the grader's own tests
@@ -115,10 +117,12 @@ ISOLATION_ENV = "GRADER_ISOLATION"  # "0": the learner's code in the tests' own 
 
 
 def isolated(phase: Phase, env: dict[str, str]) -> bool:
-    """True when `phase`'s graded tests run with the learner's code in a process of its own, if their device is
-    the emulator (the tests' process decides: grader.learner_process.enabled)."""
-    return (phase.name in ISOLATED_PHASES and env.get("MINITORCH_DEVICE", "emu") == "emu"
-            and env.get(ISOLATION_ENV) != "0")
+    """True when `phase`'s graded tests run with the learner's code in a process of its own on their device (the
+    emulator unless ``MINITORCH_DEVICE`` says otherwise; the tests' process decides: grader.learner_process.enabled)."""
+    if env.get(ISOLATION_ENV) == "0":
+        return False
+    device = env.get("MINITORCH_DEVICE", "emu")
+    return phase.name in {"emu": ISOLATED_PHASES, "cuda": CUDA_ISOLATED_PHASES}.get(device, ())
 
 
 def run_tests_step(phase: Phase, env: dict[str, str], work: Path, opts: CheckOptions) -> tuple[list[CheckResult], str | None]:

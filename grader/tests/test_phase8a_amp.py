@@ -15,8 +15,9 @@ from functools import partial
 
 import numpy as np
 import pytest
+from phase8a_helpers import scaled_run
 
-from grader import checks
+from grader import checks, learner_process
 from grader.checks import GradeError, launch_checked
 from minitorch import backend, kernels
 
@@ -211,33 +212,6 @@ def test_scaler_results_come_from_your_kernels():
 # ---------------------------------------------------------------- minitorch.amp on the learner's kernels
 
 
-def _scaled_run(captured: bool, batches: list[np.ndarray]) -> list[tuple]:
-    import minitorch
-    from minitorch import amp, graph, nn, optim
-    from minitorch import functional as F  # noqa: N812 (PyTorch's spelling)
-
-    layer = nn.Linear(4, 2, seed=11)
-    opt = optim.Adam(layer.parameters(), lr=1e-3)
-    scaler = amp.GradScaler(init_scale=2.0 ** 12, growth_interval=2)
-    x, y = minitorch.tensor(batches[0]), minitorch.zeros((len(batches[0]), 2))
-
-    def step():
-        opt.zero_grad()
-        with amp.autocast("float16"):
-            loss = F.mse_loss(layer(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-
-    run = graph.capture(step).replay if captured else step
-    out = []
-    for batch in batches:
-        x.copy_from(batch)
-        launch_checked("a float16 training step with a GradScaler", run)
-        out.append((scaler.get_scale(), opt.step_count, [p.numpy() for p in layer.parameters()]))
-    return out
-
-
 @pytest.mark.kernel("scaler.cu", "restore_if_found")
 @pytest.mark.hint("a captured step with a GradScaler decides on the device: an overflowing step is undone "
                   "(restore_if_found), the scale halves (update_scale), two good steps double it")
@@ -246,7 +220,7 @@ def test_a_captured_scaled_step_skips_exactly_the_overflows():
     small = [gen.standard_normal((8, 4)).astype(np.float32) for _ in range(4)]
     big = np.full((8, 4), 3000.0, np.float32)  # dL/dy * 2^12 is past float16's 65504: an overflow
     batches = [small[0], big, small[1], small[2], big, big, small[3]]
-    eager = _scaled_run(False, batches)
+    eager = scaled_run(False, batches)  # in the judge: each launch goes to the learner's process
     scales = [e[0] for e in eager]
     want = [2.0 ** 12, 2.0 ** 11, 2.0 ** 11, 2.0 ** 12, 2.0 ** 11, 2.0 ** 10, 2.0 ** 10]
     if scales != want:
@@ -255,7 +229,7 @@ def test_a_captured_scaled_step_skips_exactly_the_overflows():
     if [e[1] for e in eager] != [1, 1, 2, 3, 3, 3, 4]:
         raise GradeError(f"Adam's step count after each step was {[e[1] for e in eager]}: an overflowing step must "
                          f"be undone, its count too")
-    replayed = _scaled_run(True, batches)
+    replayed = learner_process.run_in_learner_process(scaled_run, True, batches)
     for i, (a, b) in enumerate(zip(eager, replayed, strict=True)):
         if a[0] != b[0] or a[1] != b[1] or not all(np.array_equal(p, q) for p, q in zip(a[2], b[2], strict=True)):
             raise GradeError(f"step {i + 1} replayed from a graph differs from the same step run eagerly (scale "

@@ -8,7 +8,8 @@ launches the kernel with the wrong value, so a launch is recorded and only the v
 arrays through `gc.get_objects()`, cache a first result, sleep past the timeout. Where the trick works when
 the learner's code shares the tests' process (``GRADER_ISOLATION=0``), a control run shows that it does: the
 isolation, not luck, is what stops it. Timing tricks are tested on the learner process directly (no
-performance check runs without a GPU).
+performance check runs without a GPU): `timed_calls` and the performance checks' `time_replayed`. The tests
+marked gpu run the same tricks through `grader check --device cuda`, where arrays travel by CUDA IPC handle.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class Case:
         return self.tests.split(" ", 1)[0]
 
 
+ALL_BEFORE_8 = ("phase1_memory", "phase2_kernels", "phase3a_forward", "phase3b_backward", "phase4_reductions",
+                "phase5_fast", "phase6_cnn", "phase7_gpt")
+
 CASES = {
     "phase1": Case("phase1", ("phase1_memory",), "memory.py", HONEST_FILL, WRONG_FILL, FILL_TESTS,
                    f"{FILL_TESTS} and 31", "values differ"),
@@ -79,8 +83,23 @@ CASES = {
                    "            (blocks_for(n),), (THREADS,), (x, out, np.int64(n // 2)))\n",
                    "test_gelu_forward_values and not 1000003", "test_gelu_forward_values and 257",
                    "gelu_forward, n="),
+    # the tensor-core phases (half-precision arrays): a conversion of half the elements (none for n = 1), and an
+    # attention computed with the other mask (the same at T = 1, wrong from T = 7)
+    "phase8a": Case("phase8a", ALL_BEFORE_8 + ("phase8a_tensor_cores",), "convert.py",
+                    '    load_kernel("convert.cu", function)((blocks,), (THREADS,), (*args, np.int64(n)))\n',
+                    '    load_kernel("convert.cu", function)((blocks,), (THREADS,), (*args, np.int64(n // 2)))\n',
+                    "test_conversions_at_every_length", "test_conversions_at_every_length and 7",
+                    "not bit-identical"),
+    "phase8b": Case("phase8b", ALL_BEFORE_8 + ("phase8a_tensor_cores", "phase8b_flash"), "flash.py",
+                    "             np.int32(bool(causal)), *drop), smem)\n",
+                    "             np.int32(not causal), *drop), smem)\n",
+                    "test_forward_rung_values and scalar", "test_forward_rung_values and scalar",
+                    "values differ from float64 attention"),
 }
-PHASES = list(CASES)
+PHASES = ["phase1", "phase3b", "phase5", "phase7"]  # every trick, through grader check
+# the tensor-core phases: every trick in Phase 8a (its conversions compile fast), the honest reference and the
+# patched checks in Phase 8b (each run compiles the attention kernels on the emulator: kept few)
+TENSOR_CORE_PHASES = ["phase8a", "phase8b"]
 
 
 def solution_sources(case: Case = CASES["phase1"]) -> dict[str, str]:
@@ -104,10 +123,11 @@ def tampered(extra: str, fill_line: str | None = WRONG_FILL, case: Case = CASES[
 
 
 def grade(tmp_path: Path, files: dict[str, str], *, isolation: bool = True, select: str = FILL_TESTS,
-          timeout: float = 60, phase: str = "phase1") -> dict:
+          timeout: float = 60, phase: str = "phase1", device: str = "emu") -> dict:
     """`grader check <phase>` of the tests `select` picks (never a pass of the phase: only some tests ran)."""
     env = {} if isolation else {"GRADER_ISOLATION": "0"}
-    return grade_workspace(tmp_path, phase, files, "--no-notebook", "-k", select, timeout=timeout, env_extra=env)
+    return grade_workspace(tmp_path, phase, files, "--no-notebook", "-k", select, timeout=timeout, env_extra=env,
+                           device=device)
 
 
 def assert_all_fail_on_values(report: dict, prefix: str = FILL_TESTS, words: str = "values differ") -> None:
@@ -224,6 +244,8 @@ def size_class(nbytes):
     _time.sleep(3600)
 def gelu_forward(x, out):
     _time.sleep(3600)
+def to_16bit(x, out, dtype):
+    _time.sleep(3600)
 """
 
 
@@ -240,11 +262,13 @@ HONEST_SELECTION = {
     "phase3b": "test_topological_order_of_a_diamond or test_gradients_on_the_device or test_xor_trains",
     "phase5": "test_pool or test_adam_captured",
     "phase7": "test_gelu_forward_values or test_clip_in_a_captured_graph or test_captured_training_step",
+    "phase8a": "test_conversions or test_a_captured_scaled_step",
+    "phase8b": "test_forward_rung_values and scalar or test_dropout_mask_bit_for_bit and 64",
 }
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", PHASES + TENSOR_CORE_PHASES)
 def test_honest_reference_passes_isolated(tmp_path, phase):
     case = CASES[phase]
     files = solution_sources(case)
@@ -257,7 +281,7 @@ def test_honest_reference_passes_isolated(tmp_path, phase):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", PHASES + TENSOR_CORE_PHASES)
 def test_patching_grader_checks_changes_nothing_the_judge_runs(tmp_path, phase):
     case, report = grade_case(tmp_path, phase, PATCH_CHECKS)
     assert_all_fail_on_values(report, case.prefix, case.values_words)
@@ -272,14 +296,14 @@ def test_patching_grader_checks_forges_a_pass_without_isolation(tmp_path, phase)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", [*PHASES, "phase8a"])
 def test_rewriting_pytest_changes_nothing_the_judge_runs(tmp_path, phase):
     case, report = grade_case(tmp_path, phase, REWRITE_PYTEST)
     assert_all_fail_on_values(report, case.prefix, case.values_words)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", [*PHASES, "phase8a"])
 def test_forged_results_file_is_not_believed(tmp_path, phase):
     case, report = grade_case(tmp_path, phase, FORGE_RESULTS, honest=True, one=True)
     found = results(report, case.prefix)
@@ -304,7 +328,7 @@ def test_cached_first_result_fails_the_later_calls(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("phase", PHASES)
+@pytest.mark.parametrize("phase", [*PHASES, "phase8a"])
 def test_a_launcher_that_sleeps_is_stopped_and_named(tmp_path, phase):
     t0 = time.monotonic()
     case, report = grade_case(tmp_path, phase, SLEEP, honest=True, one=True, timeout=4)
@@ -449,15 +473,21 @@ def test_results_lines_count_only_with_the_judges_mac(tmp_path):
 
 def test_isolated_phases_are_the_launcher_level_ones():
     from grader.phases import PHASES
-    from grader.tests_step import ISOLATED_PHASES, isolated
+    from grader.tests_step import CUDA_ISOLATED_PHASES, ISOLATED_PHASES, isolated
 
     by_name = PHASES
     for name in ISOLATED_PHASES:
         assert isolated(by_name[name], {"MINITORCH_DEVICE": "emu"})
-        assert isolated(by_name[name], {})  # the device left to the tests' process: it isolates on the emulator
-        assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cuda"})
+        assert isolated(by_name[name], {})  # the device left to the tests' process: it isolates on either device
+        assert isolated(by_name[name], {"MINITORCH_DEVICE": "cuda"}) == (name in CUDA_ISOLATED_PHASES)
+        assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cpu"})
         assert not isolated(by_name[name], {"MINITORCH_DEVICE": "emu", "GRADER_ISOLATION": "0"})
-    assert not isolated(by_name["phase8a"], {"MINITORCH_DEVICE": "emu"})
+        assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cuda", "GRADER_ISOLATION": "0"})
+    assert set(CUDA_ISOLATED_PHASES) <= set(ISOLATED_PHASES)
+    assert set(ISOLATED_PHASES) == set(by_name)  # every phase on the emulator
+    for name in ("phase8a", "phase8b"):  # not yet on a GPU (half-precision perf checks not run there isolated)
+        assert isolated(by_name[name], {"MINITORCH_DEVICE": "emu"})
+        assert not isolated(by_name[name], {"MINITORCH_DEVICE": "cuda"})
 
 
 def test_the_judge_maps_the_emulator_runtime_from_a_sealed_copy_of_the_pinned_library():
@@ -615,3 +645,97 @@ def test_a_callback_that_calls_the_learner_again_is_refused_not_deadlocked(learn
     with pytest.raises(learner_process.LearnerProcessError, match="called from a callback of the grader"):
         pool.malloc(100)
     assert inner.malloc(8) == 0x1000  # the learner process still answers
+
+
+# A copy that does its work only outside the grader's timed replays: inside them it hands back the first result
+CACHE_WHEN_TIMED = """
+import ctypes, sys
+_cache = {}
+_honest_copy = copy
+def _timed():
+    frame = sys._getframe()
+    while frame is not None:
+        if "_step" in frame.f_code.co_qualname:
+            return True
+        frame = frame.f_back
+    return False
+def copy(src, dst):
+    if "first" not in _cache or not _timed():
+        _honest_copy(src, dst)
+        _cache.setdefault("first", dst.copy())
+        return
+    ctypes.memmove(dst.ptr, _cache["first"].ptr, 4 * min(_cache["first"].size, dst.size))
+"""
+
+
+def test_replayed_timing_is_the_judges_on_fresh_inputs(learner):
+    """A performance check's timing (learner_process.time_replayed): the judge's clock around one request of replays
+    on fresh sets of arrays; a copy that sleeps is counted; one that hands back a kept result when timed fails."""
+    from grader import checks
+    from minitorch import backend, kernels
+
+    learner_process, workspace = learner
+    kernels.set_learner_loaders(learner_process.load_module, learner_process.load_kernel)
+    files = solution_sources()
+    (workspace / "memory.py").write_text(files["memory.py"] + "\n" + PATCH_TIMER)
+    src, dst = backend.asarray(np.arange(1000, dtype=np.float32)), backend.zeros(1000)
+    module = learner_process.load_module("memory.py")
+    per_call = learner_process.time_replayed(lambda: module.copy(src, dst), what="copy", reps=4)
+    assert per_call is not None and per_call > 0
+    np.testing.assert_array_equal(dst.get(), np.arange(1000, dtype=np.float32))  # the warm-up's arrays untouched
+    (workspace / "memory.py").write_text(files["memory.py"] + "\n" + PATCH_TIMER + "\n" + SLOW_COPY)
+    module = learner_process.load_module("memory.py")
+    assert learner_process.time_replayed(lambda: module.copy(src, dst), what="copy", reps=2) >= 0.05
+    (workspace / "memory.py").write_text(files["memory.py"] + "\n" + CACHE_WHEN_TIMED)
+    module = learner_process.load_module("memory.py")
+    with pytest.raises(checks.GradeError, match=r"copy: timed call \d+ \(of [23]\), array 1 .* run again untimed"):
+        learner_process.time_replayed(lambda: module.copy(src, dst), what="copy", reps=3)
+    assert learner_process.time_replayed(lambda: None, what="nothing") is None  # no learner code: the caller times
+
+
+SLOW_COPY = """
+_fast_copy = copy
+def copy(src, dst):
+    slow(0.05)
+    _fast_copy(src, dst)
+"""
+
+
+
+def test_a_prepared_sequence_runs_the_calls_it_kept(learner):
+    """The timed rounds on a GPU send no arguments: the learner process runs the calls it decoded in the untimed
+    round (on the same mapped arrays), until the judge's request that closes the mappings forgets them."""
+    from grader.learner_process import LearnerProcessError
+    from minitorch import backend, kernels
+
+    learner_process, workspace = learner
+    kernels.set_learner_loaders(learner_process.load_module, learner_process.load_kernel)
+    (workspace / "memory.py").write_text(solution_sources()["memory.py"])
+    learner_process.load_module("memory.py")
+    out = backend.zeros(100)
+    log = [({"op": "call", "file": "memory.py", "name": "fill"}, (out, 2.5), {})]
+    kernels.reset_launch_counts()
+    learner_process._replay(log, [{}], what="fill", keep_mapped=True, prepare=True)
+    np.testing.assert_array_equal(out.get(), np.full(100, 2.5, np.float32))
+    assert kernels.launch_count("memory.cu", "fill") == 1
+    learner_process._replay(log, [], what="fill, prepared", keep_mapped=True, prepared=True)
+    assert kernels.launch_count("memory.cu", "fill") == 2  # ran again there, nothing sent
+    learner_process._replay([], [], what="done", dry=True)  # (closes the mappings, forgets the calls)
+    with pytest.raises((RuntimeError, LearnerProcessError), match="no prepared sequence 'timing'"):
+        learner_process._replay(log, [], what="fill, prepared", prepared=True)
+
+
+def test_the_learner_process_is_stopped_while_the_judge_writes_a_rounds_inputs(learner):
+    """While the judge writes a timed round's inputs (into sets the learner process has mapped), that process is
+    stopped: no thread of it can start on them before the judge's clock."""
+    learner_process, workspace = learner
+    (workspace / "pid.py").write_text("import os\ndef pid():\n    return os.getpid()\n")
+    pid = learner_process.load_module("pid.py").pid()
+
+    def state() -> str:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    with learner_process.learner_process().paused():
+        assert state() == "T"
+    assert state() in ("S", "R")
+    assert learner_process.load_module("pid.py").pid() == pid  # it answers again

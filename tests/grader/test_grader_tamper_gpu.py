@@ -1,0 +1,177 @@
+"""The tamper fixtures of test_grader_tamper.py on a GPU (`grader check --device cuda`): the learner's Python in a
+process of its own that reaches the judge's arrays through CUDA IPC handles, the performance checks timed by the
+judge's clock around replays on fresh inputs (grader/learner_process.py). Each trick must fail for the right
+reason there as on the emulator; the honest reference must pass, its bandwidth checks included."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+from tests.grader.test_grader_fixtures import results
+from tests.grader.test_grader_tamper import (
+    CACHE_WHEN_TIMED,
+    CASES,
+    FILL_TESTS,
+    FORGE_RESULTS,
+    HONEST_FILL,
+    HONEST_SELECTION,
+    PATCH_CHECKS,
+    PATCH_TIMER,
+    REWRITE_PYTEST,
+    SLEEP,
+    WHERE_AM_I,
+    assert_all_fail_on_values,
+    grade,
+    solution_sources,
+    tampered,
+)
+
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(300)]
+
+
+# ---------------------------------------------------------------- on a GPU: arrays by CUDA IPC, the judge's clock
+
+# (5) and (6) on a GPU: CuPy arrays have no host address; the same tricks written with CuPy's own copies
+FIND_EXPECTED_CUDA = """
+import gc
+_wrong_fill = fill
+def fill(out, value):
+    _wrong_fill(out, value)
+    for obj in gc.get_objects():
+        if (isinstance(obj, np.ndarray) and obj.dtype == np.float64 and obj.shape == tuple(out.shape)
+                and obj.size and np.all(obj == obj.flat[0])):
+            out.set(np.ascontiguousarray(obj, dtype=np.float32))
+"""
+
+CACHE_FIRST_CUDA = """
+_cache = {}
+_honest_fill = fill
+def fill(out, value):
+    if "first" not in _cache:
+        _honest_fill(out, value)
+        _cache["first"] = out.copy()  # (the judge's array itself is unmapped after the call: a copy is kept)
+        return
+    kernel = load_kernel("memory.cu", "fill")
+    kernel((1,), (1,), (out, np.float32(value), np.int64(0)))
+    first = _cache["first"]
+    n = min(first.size, out.size)
+    out.reshape(-1)[:n] = first.reshape(-1)[:n]
+"""
+
+GPU_TRICKS = {"patch_checks": PATCH_CHECKS, "rewrite_pytest": REWRITE_PYTEST, "find_expected": FIND_EXPECTED_CUDA}
+
+
+def test_honest_reference_passes_isolated_on_cuda(tmp_path):
+    files = solution_sources()
+    marker = tmp_path / "imported-by.txt"
+    files["memory.py"] += WHERE_AM_I.format(path=str(marker))
+    report = grade(tmp_path, files, select=HONEST_SELECTION["phase1"] + " or test_perf_fill or test_perf_copy",
+                   device="cuda")
+    assert all(c["result"] in ("PASS", "SKIP", "NOT MEASURED", "INFO") for c in report["checks"]), report["checks"]
+    assert any(c["name"].startswith("test_perf_copy") and c["result"] == "PASS" for c in report["checks"])
+    imports = marker.read_text().splitlines()
+    assert imports and all(line.endswith(" 1") for line in imports), imports  # never in the judge
+
+
+@pytest.mark.parametrize("trick", list(GPU_TRICKS))
+def test_tricks_change_nothing_the_judge_runs_on_cuda(tmp_path, trick):
+    assert_all_fail_on_values(grade(tmp_path, tampered(GPU_TRICKS[trick]), device="cuda"))
+
+
+def test_cached_first_result_fails_the_later_calls_on_cuda(tmp_path):
+    report = grade(tmp_path, tampered(CACHE_FIRST_CUDA, HONEST_FILL), device="cuda")
+    found = results(report, FILL_TESTS)
+    failed = [c for c in found if c["result"] == "FAIL"]
+    assert len(failed) >= len(found) - 1, found
+
+
+def test_forged_results_file_is_not_believed_on_cuda(tmp_path):
+    case = CASES["phase1"]
+    report = grade(tmp_path, tampered(FORGE_RESULTS, case.honest, case), select=case.one, device="cuda")
+    found = results(report, case.prefix)
+    assert found and all(c["result"] == "CRASH" and "died" in c["reason"] for c in found), found
+
+
+def test_a_launcher_that_sleeps_is_stopped_on_cuda(tmp_path):
+    case = CASES["phase1"]
+    report = grade(tmp_path, tampered(SLEEP, case.honest, case), select=case.one, timeout=4, device="cuda")
+    found = results(report, case.prefix)
+    assert [c["result"] for c in found].count("TIMEOUT") == 1, found
+
+
+def test_a_cached_result_fails_a_timed_check_on_cuda(tmp_path, monkeypatch):
+    """The performance timing on a GPU: an honest copy whose module patches its process's timers (and the grader's
+    timing helpers there) is timed by the judge's clock near CuPy's bandwidth; a copy that hands back a kept result
+    only when timed fails the untimed re-run."""
+    import cupy
+
+    from grader import checks, learner_process
+    from minitorch import backend, kernels
+
+    monkeypatch.setenv("MINITORCH_WORKSPACE", str(tmp_path))
+    monkeypatch.setenv("MINITORCH_DEVICE", "cuda")
+    previous = backend.get_device()
+    backend.set_device("cuda")
+    try:
+        files = solution_sources()
+        (tmp_path / "memory.cu").write_text(files["memory.cu"])
+        (tmp_path / "memory.py").write_text(files["memory.py"] + "\n" + PATCH_TIMER)  # its own timers patched
+        kernels.set_learner_loaders(learner_process.load_module, learner_process.load_kernel)
+        module = learner_process.load_module("memory.py")
+        n = 1 << 26
+        src, dst = cupy.arange(n, dtype=cupy.float32), cupy.zeros(n, cupy.float32)
+        big = cupy.arange(1, 4097, dtype=cupy.float32)
+        for start, size in ((0, 7), (3, 1000), (1029, 2048)):  # views at an offset into their allocation
+            other = cupy.zeros(4096, cupy.float32)
+            module.copy(big[start:start + size], other[start + 1:start + 1 + size])
+            expected = np.zeros(4096, np.float32)
+            expected[start + 1:start + 1 + size] = np.arange(start + 1, start + 1 + size)
+            np.testing.assert_array_equal(other.get(), expected)  # there, and nothing written around it
+        seconds = learner_process.time_replayed(lambda: module.copy(src, dst), what="copy")
+        timing = dict(learner_process.last_timing)
+        reference = checks.time_cuda(lambda: cupy.copyto(dst, src))
+        figures = {"floats": n, "learner_process_seconds": seconds, "cupy_copyto_seconds": reference,
+                   "replay": timing, "empty_request_seconds": _request_seconds(learner_process),
+                   "cupy_copyto_fresh_pairs_seconds": _fresh_copies(timing["reps"], n)}
+        print("TIMING_JSON " + json.dumps(figures))
+        assert 0.5 < reference / seconds < 1.5  # the judge's clock: neither the patched timers nor 1e9
+        (tmp_path / "memory.py").write_text(files["memory.py"] + "\n" + CACHE_WHEN_TIMED.replace(
+            "ctypes.memmove(dst.ptr, _cache[\"first\"].ptr, 4 * min(_cache[\"first\"].size, dst.size))",
+            "dst[...] = _cache[\"first\"]"))
+        module = learner_process.load_module("memory.py")
+        with pytest.raises(checks.GradeError, match="run again untimed"):
+            learner_process.time_replayed(lambda: module.copy(src, dst), what="copy")
+    finally:
+        learner_process.uninstall()
+        backend.set_device(previous)
+
+
+def _request_seconds(learner_process) -> float:
+    """The judge's clock around a request that runs nothing (the round trip), the best of 20."""
+    best = float("inf")
+    for _ in range(20):
+        learner_process._replay([], [], what="nothing", dry=True)
+        best = min(best, learner_process.learner_process().last_seconds)
+    return best
+
+
+def _fresh_copies(reps: int, n: int) -> float:
+    """Seconds a cupy.copyto takes, each of `reps` on a pair of arrays of its own (cut from one allocation), by the
+    host clock around them all: the cost of fresh memory on the device alone, for comparison."""
+    import cupy
+
+    arena = cupy.zeros(2 * reps * n, cupy.float32)
+    pairs = [(arena[2 * i * n:(2 * i + 1) * n], arena[(2 * i + 1) * n:(2 * i + 2) * n]) for i in range(reps)]
+    cupy.cuda.Device().synchronize()
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for a, b in pairs:
+            cupy.copyto(b, a)
+        cupy.cuda.Device().synchronize()
+        best = min(best, (time.perf_counter() - start) / reps)
+    return best
