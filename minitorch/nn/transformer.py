@@ -26,7 +26,7 @@ from minitorch.nn.kv_cache import KVCacheDecoder
 from minitorch.nn.linear import Linear
 from minitorch.nn.module import Module, ModuleList, _assign
 from minitorch.ops.flash import HEAD_DIMS
-from minitorch.tensor import INDEX, DTypeLike, Tensor, _check_device, check_dtype, from_numpy
+from minitorch.tensor import DTYPE, INDEX, DTypeLike, Tensor, _check_device, check_dtype, from_numpy
 
 __all__ = ["GELU", "GPT", "Embedding", "LayerNorm", "MultiHeadAttention", "TransformerBlock", "sample_next"]
 
@@ -194,8 +194,11 @@ class TransformerBlock(Module):
 class _TiedProjection(Function):
     """y = x @ Wᵀ for x (N, C) and a (V, C) table W: the tied head's logits, the table read transposed in
     place. dx = dy @ W; dW = dyᵀ @ x, which backprop adds to the embedding's own gradient of W. Under
-    autocast the backward's products run in the forward's 16-bit dtype too (recorded at the forward, as
-    MatMul does: the backward runs after the autocast region has closed)."""
+    autocast dx runs in the forward's 16-bit dtype too (recorded at the forward, as MatMul does: the backward
+    runs after the autocast region has closed); dW stays a float32 product on Phase 5's GEMM, which splits
+    its K = N rows over many blocks: a (V, C) output has few tiles, and rows of V = 65 16-bit values rule out
+    the tensor-core launcher's 16-byte loads (an H100 took 1.66 ms for it on hgemm.py's rung 5, a tenth of
+    the nanoGPT step)."""
 
     @staticmethod
     def forward(ctx: Context, x: Tensor, weight: Tensor) -> Tensor:
@@ -210,10 +213,10 @@ class _TiedProjection(Function):
         grad_x = ops.matmul(grad, weight, compute_dtype=c) if ctx.needs_input_grad[0] else None
         if not ctx.needs_input_grad[1]:
             return grad_x, None
-        # (V, C) with K = the rows: a few output tiles; on a side branch of a captured graph where that is on
+        # float32 (see the class); on a side branch of a captured graph where that is on
         # (ops.set_concurrent_weight_grads): the sum with the embedding's gradient waits for it
         with ops.weight_grad_branch(grad.device):
-            return grad_x, ops.matmul(grad, x, transpose_a=True, compute_dtype=c)
+            return grad_x, ops.matmul(grad, x, transpose_a=True, compute_dtype=DTYPE if c is not None else None)
 
 
 class TiedHead(Module):
