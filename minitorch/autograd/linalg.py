@@ -14,15 +14,18 @@ class MatMul(Function):
     multiplies the rounded copies and saves them (half the memory of float32 ones), and the backward
     rounds dC and multiplies it with them, in that dtype whether or not autocast is still on (as
     PyTorch's); every product comes out float32, so the gradients of float32 master weights are float32. Under
-    autocast an ``a`` already in its 16-bit dtype is used as it is (no second rounding: the same bits)."""
+    autocast an ``a`` already in its 16-bit dtype is used as it is (no second rounding: the same bits), and its
+    gradient comes in that dtype."""
 
     @staticmethod
     def forward(ctx: Context, a: Tensor, b: Tensor) -> Tensor:
         ctx.compute = compute = ops.product_dtype(a.dtype)
+        ctx.grad_a_dtype = DTYPE
         if compute is None and a.dtype == ops.autocast_dtype() and b.dtype == DTYPE:
             # a already in the autocast dtype (an output kept rounded, e.g. flash attention's): used as it is, the
-            # float32 b rounded; the gradient of a comes out float32, as every product's
-            ctx.compute = compute = a.dtype
+            # float32 b rounded; the gradient of a comes out in a's dtype (what its consumer rounds it to: the
+            # product rounds its float32 sums once, as a conversion would)
+            ctx.compute = compute = ctx.grad_a_dtype = a.dtype
         if compute is None:
             ctx.save_for_backward(a, b)
             return ops.matmul(a, b, compute_dtype=DTYPE if a.dtype == DTYPE else None)
@@ -44,7 +47,7 @@ class MatMul(Function):
             with ops.weight_grad_branch(grad.device):
                 return grad_a, ops.matmul(a, grad, transpose_a=True, compute_dtype=compute)
         g16 = ops.convert(grad, ctx.compute)
-        grad_a = ops.matmul(g16, b, transpose_b=True, out_dtype=DTYPE) if ctx.needs_input_grad[0] else None
+        grad_a = ops.matmul(g16, b, transpose_b=True, out_dtype=ctx.grad_a_dtype) if ctx.needs_input_grad[0] else None
         if not ctx.needs_input_grad[1]:
             return grad_a, None
         with ops.weight_grad_branch(grad.device):
