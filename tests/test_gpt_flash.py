@@ -361,3 +361,36 @@ def test_a_rounded_attention_output_feeds_the_next_product_as_float32_would(solu
         results.append((out.numpy(), qkv.grad.numpy(), proj.weight.grad.numpy(), proj.bias.grad.numpy()))
     for plain, kept in zip(*results, strict=True):
         np.testing.assert_array_equal(kept, plain)
+
+
+def test_gpt2_initialisation_stds_zero_biases_and_a_first_loss_near_ln_vocab():
+    """GPT(..., init="gpt2"): N(0, 0.02) tables and weights, the residual projections N(0, 0.02 / sqrt(2 n_layer)),
+    zero biases, LayerNorm 1 / 0; the untrained tied model's loss is near ln(vocab) (Phase 7's init: far above);
+    "init" in the config only when not the default, and GPT(**config) rebuilds the same values."""
+    vocab, t, n_layer = 65, 32, 6
+    config = dict(vocab_size=vocab, block_size=t, d_model=96, n_head=2, n_layer=n_layer, tie_weights=True, seed=4)
+    model = nn.GPT(**config, init="gpt2", device="cpu", dtype="float64")
+    params = dict(model.named_parameters())
+    residual = 0.02 / np.sqrt(2 * n_layer)
+    for name, p in params.items():
+        values = p.numpy()
+        if name.endswith(("c_proj.weight", ".proj.weight")):
+            assert abs(values.std() / residual - 1) < 0.05, name
+        elif name.endswith("weight") and ".ln" not in name and not name.startswith("ln_f"):
+            assert abs(values.std() / 0.02 - 1) < 0.05, name      # wte, wpe, c_attn, fc
+        elif name.endswith("bias") and ".ln" not in name and not name.startswith("ln_f"):
+            assert not values.any(), name                         # the Linear biases and the tied head's
+    assert np.all(params["ln_f.weight"].numpy() == 1) and not params["ln_f.bias"].numpy().any()
+    rng = np.random.default_rng(5)
+    x, y = rng.integers(0, vocab, (8, t)), rng.integers(0, vocab, (8 * t,))
+    loss = functional.cross_entropy(model(ids(x, "cpu")).reshape(-1, vocab), y).item()
+    assert abs(loss - np.log(vocab)) < 0.1, loss
+    phase7 = nn.GPT(**config, device="cpu", dtype="float64")
+    loss7 = functional.cross_entropy(phase7(ids(x, "cpu")).reshape(-1, vocab), y).item()
+    assert loss7 > loss + 0.2 and "init" not in phase7.config
+    assert model.config["init"] == "gpt2"
+    again = nn.GPT(**model.config, seed=4, device="cpu", dtype="float64")
+    for (name, p), (_, q) in zip(model.named_parameters(), again.named_parameters(), strict=True):
+        np.testing.assert_array_equal(p.numpy(), q.numpy(), err_msg=name)
+    with pytest.raises(ValueError, match=r"init must be one of 'phase7', 'gpt2', got 'xavier'"):
+        nn.GPT(vocab, t, init="xavier")

@@ -24,7 +24,7 @@ from minitorch.autograd import Context, Function, no_grad
 from minitorch.nn.dropout import Dropout
 from minitorch.nn.kv_cache import KVCacheDecoder
 from minitorch.nn.linear import Linear
-from minitorch.nn.module import Module, ModuleList
+from minitorch.nn.module import Module, ModuleList, _assign
 from minitorch.ops.flash import HEAD_DIMS
 from minitorch.tensor import INDEX, DTypeLike, Tensor, _check_device, check_dtype, from_numpy
 
@@ -96,6 +96,8 @@ class GELU(Module):
 
 
 ATTENTIONS = ("materialised", "flash")
+INITS = ("phase7", "gpt2")  # GPT's initial values: Phase 7's (PyTorch's layer defaults) or GPT-2's
+GPT2_STD = 0.02
 
 
 def _check_attention(cls: str, attention: object, d_model: int, n_head: int) -> str:
@@ -135,7 +137,6 @@ class MultiHeadAttention(Module):
             raise ValueError("MultiHeadAttention: dropout of the attention probabilities needs attention='flash' "
                              "(Phase 7's materialised attention has none)")
         self.dropout = float(dropout)
-        self.attention = _check_attention("GPT", attention, self.d_model, self.n_head)
         rng = np.random.default_rng(seed)
         seeds = rng.integers(0, 2**31, 2)
         self.c_attn = Linear(d_model, 3 * d_model, device=device, dtype=dtype, seed=int(seeds[0]))
@@ -245,6 +246,10 @@ class GPT(Module):
     the embeddings and on each residual branch (attention's and the MLP's outputs), as nanoGPT's
     ``dropout``; 0 (the default) adds no kernel. ``model.train()`` / ``model.eval()`` switch it on and off.
 
+    ``init``: ``"phase7"`` (the default: PyTorch's layer defaults, as above) or ``"gpt2"`` (GPT-2's and
+    nanoGPT's: N(0, 0.02) weights and tables, the residual projections N(0, 0.02 / sqrt(2 n_layer)), zero
+    biases; see ``_init_gpt2``); ``"init"`` is in ``config`` only when not the default.
+
     ``attention``: ``"materialised"`` (the default, Phase 7's attention) or ``"flash"`` (Phase 8b's
     FlashAttention: head dims d_model / n_head of 64 or 128, computed in the autocast dtype, or bfloat16 when
     no ``amp.autocast`` region is active; with ``dropout``, the attention probabilities are dropped too, as
@@ -254,7 +259,8 @@ class GPT(Module):
 
     def __init__(self, vocab_size: int, block_size: int, d_model: int = 64, n_head: int = 4, n_layer: int = 2, *,
                  device: str | None = None, dtype: DTypeLike = None, seed: int | None = 0,
-                 tie_weights: bool = False, dropout: float = 0.0, attention: str = "materialised") -> None:
+                 tie_weights: bool = False, dropout: float = 0.0, attention: str = "materialised",
+                 init: str = "phase7") -> None:
         _positive("GPT", vocab_size=vocab_size, block_size=block_size, d_model=d_model, n_head=n_head,
                   n_layer=n_layer)
         self.vocab_size, self.block_size = int(vocab_size), int(block_size)
@@ -266,6 +272,9 @@ class GPT(Module):
             raise ValueError(f"GPT: dropout must be a probability in [0, 1), got {dropout!r}")
         self.dropout = float(dropout)
         self.attention = _check_attention("GPT", attention, self.d_model, self.n_head)
+        if init not in INITS:
+            raise ValueError(f"GPT: init must be one of {', '.join(map(repr, INITS))}, got {init!r}")
+        self.init = str(init)
         rng = np.random.default_rng(seed)
         seeds = [int(s) for s in rng.integers(0, 2**31, n_layer + 3)]
         kw = {"device": device, "dtype": dtype}
@@ -278,9 +287,32 @@ class GPT(Module):
         self.ln_f = LayerNorm(d_model, **kw)
         self.lm_head: Linear | TiedHead = (TiedHead(vocab_size, **kw) if tie_weights
                                            else Linear(d_model, vocab_size, seed=seeds[2], **kw))
+        if self.init == "gpt2":
+            self._init_gpt2(seed)
         # The position ids 0..T-1, made once per (device, T): a captured step may not copy them in.
         self._position_ids: dict[tuple[str, int], Tensor] = {}
         self._positions(self.block_size)
+
+    def _init_gpt2(self, seed: int | None) -> None:
+        """GPT-2's (and nanoGPT's) initial values, drawn from ``seed`` (a stream of its own): every Linear
+        weight and both embedding tables N(0, 0.02); the residual branches' last projections (``attn.c_proj``,
+        the MLP's ``proj``) N(0, 0.02 / sqrt(2 n_layer)), so that the residual stream's variance does not grow
+        with depth; biases 0; LayerNorm 1 and 0 (as made)."""
+        rng = np.random.default_rng(None if seed is None else [int(seed), 2])
+        residual = GPT2_STD / math.sqrt(2 * self.n_layer)
+
+        def normal(t: Tensor, std: float) -> None:
+            _assign(t, rng.standard_normal(t.shape) * std)
+
+        normal(self.wte.weight, GPT2_STD)
+        normal(self.wpe.weight, GPT2_STD)
+        for layer in self._linear_layers():
+            is_residual = any(layer is b.attn.c_proj or layer is b.proj for b in self.blocks)
+            normal(layer.weight, residual if is_residual else GPT2_STD)
+            if layer.bias is not None:
+                _assign(layer.bias, np.zeros(layer.bias.shape))
+        if isinstance(self.lm_head, TiedHead):
+            _assign(self.lm_head.bias, np.zeros(self.lm_head.bias.shape))
 
     @property
     def config(self) -> dict[str, int | bool | str]:
@@ -290,6 +322,8 @@ class GPT(Module):
             config["tie_weights"] = True
         if self.attention == "flash":  # likewise: a materialised model's config is Phase 7's
             config["attention"] = "flash"
+        if self.init != "phase7":  # likewise (the initial values do not change what the parameters mean)
+            config["init"] = self.init
         return config
 
     def optimizer_groups(self, weight_decay: float) -> list[dict[str, Any]]:
