@@ -10,6 +10,7 @@ to run.
 
 from __future__ import annotations
 
+import json
 import math
 
 import matplotlib.pyplot as plt
@@ -264,8 +265,22 @@ def _capstone_curves(ref: Results) -> None:
                      f"takes {ours:.1f} ms captured ({step.get('launches', '?')} launches)"
                      + ("; PyTorch " + ", ".join(f"{w} {ms:.1f} ms ({ours / ms:.2f}×)" for w, ms in ways)
                         if ways else ""))
+    init = _run_config(ref).get("init")
+    if parts and init:
+        parts[-1] += (f". The run started from {INIT_NAMES.get(init, repr(init))} initial values "
+                      f"(`init=\"{init}\"`)" + ("; the lab trains from GPT-2's (`init=\"gpt2\"`)" if init != "gpt2"
+                                                 else ""))
     text = "; ".join(parts) + f". {ref.provenance}" if parts else missing_md(CAPSTONE, CAPSTONE_SCRIPT)
     glue_md("phase8b-capstone-text", text[:1].upper() + text[1:])
+
+
+INIT_NAMES = {"phase7": "Phase 7's", "gpt2": "GPT-2's"}
+
+
+def _run_config(ref: Results) -> dict:
+    """The run's configuration (the JSON's top-level ``config``), empty when absent."""
+    config = json.loads(ref.path.read_text()).get("config")
+    return config if isinstance(config, dict) else {}
 
 
 def _finite(value: object) -> bool:
