@@ -77,7 +77,8 @@ def load_saved_model() -> tuple[dict, dict[str, np.ndarray]]:
     with _capstone_files():
         config = phase7.config_of(record)
     shapes = phase7.expected_shapes(config)
-    params = deliverables.load_npz(model_bytes, MODEL_FILE, {name: len(shape) for name, shape in shapes.items()})
+    params = deliverables.load_npz(model_bytes, MODEL_FILE, {name: len(shape) for name, shape in shapes.items()},
+                                   max_members=deliverables.CAPSTONE_NPZ_MEMBERS)
     return record, params
 
 
