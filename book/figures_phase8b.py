@@ -10,6 +10,7 @@ to run.
 
 from __future__ import annotations
 
+import json
 import math
 
 import matplotlib.pyplot as plt
@@ -250,7 +251,7 @@ def _capstone_curves(ref: Results) -> None:
         f64 = summary.get("best_val_loss_float64")
         parts.append(f"Trained by minitorch on the lab's kernels, the model's best validation loss is "
                      f"{summary['best_val_loss']:.3f} at step {summary['best_step']:,}"
-                     + (f" (the grader's float64 forward pass of that checkpoint: {f64:.3f}; the bar "
+                     + (f" (that checkpoint re-evaluated in float64 on the grader's windows: {f64:.3f}; the bar "
                         f"{summary['val_bar']:.2f})" if _finite(f64) else ""))
         if _finite(summary.get("pytorch_best_val_loss")):
             parts.append(f"PyTorch's, on the same batches from the same weights, {summary['pytorch_best_val_loss']:.3f} "
@@ -264,8 +265,22 @@ def _capstone_curves(ref: Results) -> None:
                      f"takes {ours:.1f} ms captured ({step.get('launches', '?')} launches)"
                      + ("; PyTorch " + ", ".join(f"{w} {ms:.1f} ms ({ours / ms:.2f}×)" for w, ms in ways)
                         if ways else ""))
+    init = _run_config(ref).get("init")
+    if parts and init:
+        parts[-1] += (f". The run started from {INIT_NAMES.get(init, repr(init))} initial values "
+                      f"(`init=\"{init}\"`)" + ("; the lab trains from GPT-2's (`init=\"gpt2\"`)" if init != "gpt2"
+                                                 else ""))
     text = "; ".join(parts) + f". {ref.provenance}" if parts else missing_md(CAPSTONE, CAPSTONE_SCRIPT)
     glue_md("phase8b-capstone-text", text[:1].upper() + text[1:])
+
+
+INIT_NAMES = {"phase7": "Phase 7's", "gpt2": "GPT-2's"}
+
+
+def _run_config(ref: Results) -> dict:
+    """The run's configuration (the JSON's top-level ``config``), empty when absent."""
+    config = json.loads(ref.path.read_text()).get("config")
+    return config if isinstance(config, dict) else {}
 
 
 def _finite(value: object) -> bool:
@@ -324,7 +339,11 @@ def _kernel_group(name: str) -> str:
                        ("adam", "AdamW"), ("embedding", "embeddings"), ("dropout", "dropout"),
                        ("cross_entropy", "cross-entropy"), ("softmax", "cross-entropy"), ("sum_squares", "clipping"),
                        ("clip", "clipping"), ("bfloat16", "bf16 conversions"), ("float_to", "bf16 conversions"),
-                       ("to_float", "bf16 conversions")):
+                       ("to_float", "bf16 conversions"), ("add_bias", "biases (add, gradient)"),
+                       ("bias_grad", "biases (add, gradient)"), ("split_heads", "heads split and merged"),
+                       ("merge_heads", "heads split and merged"), ("scale_by", "clipping"),
+                       ("tensor_map", "tensor-core GEMM (hgemm)"), ("lr_schedule", "AdamW"),
+                       ("add", "residual adds")):
         if key in lowered:
             return label
     return "other"

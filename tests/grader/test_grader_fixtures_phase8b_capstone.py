@@ -95,3 +95,25 @@ def test_reduced_capstone_is_refused_on_a_gpu(tmp_path):
     _saved_model(workspace)
     check = _grade(tmp_path, device="cuda")
     assert "on a GPU the capstone is nanoGPT's model" in check["reason"], check
+
+
+def test_a_full_size_capstone_checkpoint_passes_the_file_checks(tmp_path):
+    """nanoGPT's model is 77 arrays and 43 MB in float32: over the limits of Phases 4-7's saved models (64 arrays,
+    16 MB), within the capstone's; the pair check and the reader take it (no grading run: the float64 evaluation of
+    this size takes minutes on a CPU)."""
+    from grader import deliverables
+    from grader.checks import GradeError
+    from minitorch import nn
+
+    model = nn.GPT(65, 256, d_model=384, n_head=6, n_layer=6, tie_weights=True, dropout=0.2, attention="flash",
+                   init="gpt2", device="cpu")
+    nn.save_deliverable(tmp_path, RECORD_FILE, {"config": model.config}, {MODEL_FILE: model})
+    data = (tmp_path / MODEL_FILE).read_bytes()
+    assert len(data) > deliverables.MAX_FILE_BYTES
+    deliverables.check_saved_pair(tmp_path, deliverables.PAIRS["phase8b"])
+    ndims = {name: p.ndim for name, p in model.named_parameters()}
+    assert len(ndims) > deliverables.MAX_NPZ_MEMBERS
+    with pytest.raises(GradeError, match="a saved model has at most 64"):
+        deliverables.load_npz(data, MODEL_FILE, ndims)
+    arrays = deliverables.load_npz(data, MODEL_FILE, ndims, max_members=deliverables.CAPSTONE_NPZ_MEMBERS)
+    assert arrays["blocks.5.proj.weight"].shape == (1536, 384) and "lm_head.weight" not in arrays
