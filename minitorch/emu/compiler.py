@@ -80,6 +80,32 @@ def cache_dir() -> Path:
     raise CompileError("no writable directory for the emulator's compile cache; set MINITORCH_EMU_CACHE")
 
 
+_swept: set[Path] = set()
+
+
+def sweep_build_dirs(cdir: Path) -> int:
+    """Remove the build directories (``build/<key>-<pid>[-<thread>]``) of processes that no longer run: a
+    process that ended while compiling (a background specialisation, an interrupted kernel) leaves its directory
+    behind. Once per cache directory and process; returns how many were removed."""
+    if cdir in _swept:
+        return 0
+    _swept.add(cdir)
+    removed = 0
+    for d in (cdir / "build").glob("*-*"):
+        parts = d.name.split("-")
+        if not parts[1].isdigit() or int(parts[1]) == os.getpid():
+            continue
+        try:
+            os.kill(int(parts[1]), 0)
+            continue  # still running (or another user's: PermissionError below)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            removed += 1
+        except (PermissionError, OverflowError, OSError):
+            continue
+    return removed
+
+
 def _runtime_files() -> list[Path]:
     files = sorted(p for p in RUNTIME_DIR.rglob("*") if p.is_file() and p.suffix in (".h", ".cpp", ""))
     return [p for p in files if "__pycache__" not in p.parts]
@@ -522,6 +548,7 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
 
     # per process and thread (specialize.py compiles in background threads): concurrent compiles never collide
     build = cdir / "build" / f"{key}-{os.getpid()}-{threading.get_ident()}"
+    sweep_build_dirs(cdir)
     build.mkdir(parents=True, exist_ok=True)
     (build / filename).write_text(info.text)
     # -fpeel-loops lets -O2 unroll a loop of known trip count completely: a thread's `float acc[4]`

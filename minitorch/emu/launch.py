@@ -517,8 +517,11 @@ class Kernel:
         start = time.perf_counter()
         with _launch_lock:
             rt.lib().emu_launch(ctypes.byref(lp))
-        if consts and not check and spec is None and res.kind == rt.OK:
-            self.module.specializer.record(self.export.index, consts, time.perf_counter() - start)
+        if consts and not check and res.kind == rt.OK:
+            if spec is None:
+                self.module.specializer.record(self.export.index, consts, time.perf_counter() - start)
+            else:
+                self.module.specializer.record_specialised(self.export.index, consts, time.perf_counter() - start)
         del keep
         if res.out_text:
             text = ctypes.string_at(res.out_text, res.out_len).decode("utf-8", "replace")

@@ -9,7 +9,10 @@ training loop launches the same kernels with the same sizes at every step. So on
 three times or more is compiled again with those arguments as constants (``compiler.build_module(specs=...)``:
 the kernel inlined into a thunk that passes them, ``prelude.h``'s ``run1v``/``plainv``), in a background thread,
 and later launches with that signature run the specialised code. The compiler then divides by constants (a
-multiplication and a shift), unrolls loops of known trip count and drops tests it can decide.
+multiplication and a shift), unrolls loops of known trip count and drops tests it can decide. That is usually
+faster, not always (a kernel inlined whole into its thunk, its loops unrolled, can run slower: more code, bigger
+stack frames for the fibers to switch between): the first TRIALS launches of the specialised code are timed, and
+if the fastest is not 3% faster than the generic code's fastest, that signature goes back to the generic code.
 
 Nothing else changes: the same source compiled with the same flags and checks (alignment faults, bounds, the
 barrier checks of the runtime), the same diagnostics (faults are located in the specialised module's own debug
@@ -27,6 +30,7 @@ from typing import Any
 from . import compiler, config
 
 REPEATS = 3  # launches of one signature before it is worth compiling for
+TRIALS = 3  # launches of the specialised code before it is compared with the generic code's
 _all: weakref.WeakSet[Specializer] = weakref.WeakSet()
 
 
@@ -48,7 +52,8 @@ class Specializer:
     def __init__(self, module: Any) -> None:
         self._module = module
         self._lock = threading.Lock()
-        self._stats: dict[tuple[int, tuple], list] = {}  # (export index, constants) -> [launches, seconds]
+        # (export index, constants) -> [launches, seconds, the fastest launch's seconds]
+        self._stats: dict[tuple[int, tuple], list] = {}
         self._total = 0.0
         self._checked_at = 0.0
         self._wanted: set[tuple[int, tuple]] = set()
@@ -59,6 +64,8 @@ class Specializer:
         self.compile_seconds = 0.0  # of the last specialised build (0 when it came from the disk cache quickly)
         self._idle = threading.Event()
         self._idle.set()
+        self._trials: dict[tuple[int, tuple], list] = {}  # specialised launches: [launches, fastest seconds]
+        self.rejected: set[tuple[int, tuple]] = set()  # signatures whose specialised code was not faster
         _all.add(self)
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -68,7 +75,7 @@ class Specializer:
     def lookup(self, index: int, consts: tuple) -> tuple[Any, int] | None:
         """(specialised variant, spec number) for this launch signature, if compiled and specialising is on."""
         ready = self.ready
-        if ready is None or config.specialize_after_s() is None:
+        if ready is None or config.specialize_after_s() is None or (index, consts) in self.rejected:
             return None
         j = ready[1].get((index, consts))
         return None if j is None else (ready[0], j)
@@ -81,14 +88,28 @@ class Specializer:
         with self._lock:
             st = self._stats.get((index, consts))
             if st is None:
-                st = self._stats[(index, consts)] = [0, 0.0]
+                st = self._stats[(index, consts)] = [0, 0.0, seconds]
             st[0] += 1
             st[1] += seconds
+            st[2] = min(st[2], seconds)
             self._total += seconds
             if self._total < after or self._total < 2 * self._checked_at:
                 return
             self._checked_at = self._total  # look again when twice the time has passed
         self.request()
+
+    def record_specialised(self, index: int, consts: tuple, seconds: float) -> None:
+        """Count one launch of the specialised code; after TRIALS of them, keep it only if it is faster than the
+        generic code was (a kernel inlined whole can also be slower: more code, bigger frames)."""
+        sig = (index, consts)
+        with self._lock:
+            trial = self._trials.setdefault(sig, [0, seconds])
+            trial[0] += 1
+            trial[1] = min(trial[1], seconds)
+            if trial[0] != TRIALS or sig not in self._stats:
+                return
+            if trial[1] > 0.97 * self._stats[sig][2]:  # the fastest launch of each, robust to a busy machine
+                self.rejected.add(sig)
 
     def request(self) -> None:
         """Compile (in the background) for the signatures launched REPEATS times that have no code yet."""
@@ -96,7 +117,7 @@ class Specializer:
             return
         with self._lock:
             ready = self.ready[1] if self.ready else {}
-            new = {sig for sig, (n, _) in self._stats.items() if n >= REPEATS and sig not in ready}
+            new = {sig for sig, (n, _, _) in self._stats.items() if n >= REPEATS and sig not in ready}
             if not new - self._wanted:
                 return
             self._wanted |= new

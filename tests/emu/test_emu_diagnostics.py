@@ -784,3 +784,23 @@ extern "C" __global__ void k(float* x) {
         warnings.simplefilter("error")
         mod(src).get_function("k")((1,), (32,), (out,))
     np.testing.assert_array_equal(out.get(), np.arange(32)[::-1])
+
+
+def test_build_directories_of_ended_processes_are_swept(tmp_path: object) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from minitorch.emu import compiler
+
+    build = Path(str(tmp_path)) / "build"
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = build / f"{'a' * 32}-{ended.stdout.strip()}-123"  # a process that ended while compiling
+    alive = build / f"{'b' * 32}-{os.getppid()}"  # a running process's compile
+    mine = build / f"{'c' * 32}-{os.getpid()}-7"
+    for d in (gone, alive, mine):
+        d.mkdir(parents=True)
+        (d / "mod.s").write_text("")
+    assert compiler.sweep_build_dirs(Path(str(tmp_path))) == 1
+    assert not gone.exists() and alive.exists() and mine.exists()
+    assert compiler.sweep_build_dirs(Path(str(tmp_path))) == 0  # once per process

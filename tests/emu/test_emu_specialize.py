@@ -183,3 +183,19 @@ def test_check_mode_runs_the_generic_code_and_off_means_off(spec, monkeypatch) -
     with pytest.raises(ValueError, match="MINITORCH_EMU_SPECIALIZE"):
         monkeypatch.setenv("MINITORCH_EMU_SPECIALIZE", "soon")
         config.specialize_after_s()
+
+
+def test_specialised_code_that_is_not_faster_goes_back_to_the_generic_code(spec, on) -> None:
+    from minitorch.emu.specialize import TRIALS, Specializer
+
+    sp = Specializer(None)
+    slow, fast = (0, ((1, 4, 7),)), (0, ((1, 4, 8),))
+    sp._stats[slow] = [3, 3.3, 1.0]  # generic: the fastest launch took 1 s
+    sp._stats[fast] = [3, 3.3, 1.0]
+    for _ in range(TRIALS):
+        sp.record_specialised(*slow, 0.99)  # not 3% faster
+        sp.record_specialised(*fast, 0.5)
+    assert sp.rejected == {slow}
+    m, launches = spec
+    sp.ready = (m.specializer.ready[0], {slow: 0, fast: 1})
+    assert sp.lookup(*slow) is None and sp.lookup(*fast) is not None
