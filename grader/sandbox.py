@@ -26,7 +26,7 @@ What the grade rests on, and what a submission can reach (grader/README.md says 
 - The deliverable. The saved model files are re-evaluated by this process, outside the sandbox,
   after every process of the submission is gone (grader/deliverables.py): NumPy float64 on held-out
   data, the files read as untrusted input.
-- The kernel checks of the isolated phases (all on the emulator, 1 to 7 on a GPU: ``tests_step.ISOLATED_PHASES``,
+- The kernel checks of the isolated phases (all on the emulator, 1 and 2 on a GPU: ``tests_step.ISOLATED_PHASES``,
   ``CUDA_ISOLATED_PHASES``): the graded tests never import the learner's code; it runs in a learner process of its
   own (grader/learner_process.py; on a GPU it reaches the judge's arrays through CUDA IPC handles, during a
   request only), the performance checks are timed by the judge's clock, and the tests' results stream is signed

@@ -4,7 +4,8 @@ An NVIDIA GPU's float32 add, subtract, multiply, divide and square root return o
 NaN went in and for the invalid operations (0 * inf, inf - inf, 0 / 0, sqrt(-1)). x86 SSE keeps the payload and
 sign of the NaN operand, and makes the negative 0xffc00000 from an invalid operation; so a kernel storing a NaN
 it computed stores other bits on the emulator than on a GPU, which a bit-for-bit comparison (a parity test, a
-float16 conversion keeping a NaN's sign) sees. Moves, negation and fabsf keep a NaN's bits on both.
+float16 conversion keeping a NaN's sign) sees. Moves keep a NaN's bits on both; negation and fabsf keep them
+here but give 0x7fffffff on an H100 (measured: benchmarks/results/nvrtc_fidelity-*.json), a gap not closed.
 
 The emulator compiles a module to assembly (``compiler._compile_object``) and this rewrite follows each scalar
 float32 ``addss``, ``subss``, ``mulss``, ``divss`` and ``sqrtss`` whose result is in a register, and each call of
