@@ -79,6 +79,20 @@ class TransportError(TypeError):
 # ---------------------------------------------------------------- frames: a JSON header and raw buffers
 
 
+def _wait_until_stopped(pid: int, timeout_s: float = 2.0) -> None:
+    """SIGSTOP is delivered asynchronously: return once the process is stopped (or gone), so that nothing the
+    judge does next (writing a timed round's inputs) can overlap a thread of it still running."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("T", "t", "Z", "X"):
+            return
+        time.sleep(0.0002)
+
+
 def _read_exact(fd: int, n: int) -> bytes:
     chunks, got = [], 0
     while got < n:
@@ -726,6 +740,7 @@ class LearnerProcess:
             yield
             return
         os.kill(proc.pid, signal.SIGSTOP)
+        _wait_until_stopped(proc.pid)
         try:
             yield
         finally:
