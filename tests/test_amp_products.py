@@ -105,6 +105,50 @@ def test_a_long_k_weight_gradient_is_split_into_pieces_and_summed(device, out_dt
         assert _launched("bias_grad") == 1
 
 
+def test_split_k_brings_every_nanogpt_weight_gradient_to_about_one_block_a_multiprocessor():
+    """The capstone's weight gradients (K = B·T = 16,384 rows): 9, 27 and 36 output tiles of 128 x 128 split into
+    16, 8 and 4 pieces (rung 6 took 150 us on an H100 for the unsplit 27- and 36-tile ones, rung 5 380 us); a
+    product that is not Xᵀ·dY, or K short, or the setting 0, is not split; a bad setting is refused."""
+    split = ops.linalg.split_k
+    for (m, n), pieces in (((384, 384), 16), ((384, 1152), 8), ((384, 1536), 4), ((1536, 384), 4),
+                           ((2048, 2048), 1)):
+        assert split(m, n, 16384, True, False) == pieces, (m, n)
+    assert split(384, 1152, 16384, False, False) == split(384, 1152, 16384, True, True) == 1
+    assert split(384, 1152, 1024, True, False) == 1
+    assert split(384, 1152, 2049, True, False) == 1  # an odd K: no piece count divides it
+    previous = ops.set_split_k(0)
+    try:
+        assert split(384, 384, 16384, True, False) == 1
+        ops.set_split_k(None)
+        assert split(384, 384, 16384, True, False) == 16
+        with pytest.raises(TypeError, match="number of blocks"):
+            ops.set_split_k(-1)
+    finally:
+        ops.set_split_k(previous)
+
+
+def test_a_split_product_of_several_output_tiles_sums_each_tile_of_each_piece(device):
+    """A 130 x 129 output (4 tiles of rung 5, none whole) over K = 2048 in 4 pieces (the target lowered to 16
+    blocks): a column sum of pieces laid out tile by tile, within the bound of the whole float32 sum."""
+    if device == "cpu":
+        pytest.skip("the split runs on the launchers")
+    rng = np.random.default_rng(4)
+    k, m, n = 2048, 130, 129
+    x, dy = rng.standard_normal((k, m)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    previous = ops.set_split_k(16)
+    try:
+        assert ops.linalg.split_k(m, n, k, True, False) == 4
+        kernels.reset_launch_counts()
+        with amp.autocast("bfloat16"):
+            got = ops.matmul(minitorch.tensor(x, device), minitorch.tensor(dy, device), transpose_a=True).numpy()
+    finally:
+        ops.set_split_k(previous)
+    xr, dyr = _rounded(x, "bfloat16"), _rounded(dy, "bfloat16")
+    _assert_within(got, xr.T @ dyr, np.abs(xr).T @ np.abs(dyr), k)
+    if device == "emu":
+        assert _launched("bias_grad") == 1
+
+
 def test_bmm_with_compute_dtype_float32_stays_float32_under_autocast(device):
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal((2, 4, 5)).astype(np.float32)

@@ -28,7 +28,7 @@ from minitorch.ops.flash import flash_attention, flash_attention_backward
 from minitorch.ops.gelu import gelu, gelu_backward
 from minitorch.ops.kv_cache import cached_attention, write_position_
 from minitorch.ops.layernorm import layer_norm, layer_norm_backward
-from minitorch.ops.linalg import matmul, product_dtype, set_hgemm_variant, transpose
+from minitorch.ops.linalg import matmul, product_dtype, set_hgemm_variant, set_split_k, transpose
 from minitorch.ops.loss import mse_backward, mse_loss
 from minitorch.ops.optim import sgd_momentum_
 from minitorch.ops.pooling import max_pool2d, max_pool2d_backward
@@ -71,6 +71,6 @@ __all__ = [
     # KV-cached generation
     "cached_attention", "write_position_",
     # Phase 8b
-    "flash_attention", "flash_attention_backward", "set_concurrent_weight_grads", "set_hgemm_variant",
+    "flash_attention", "flash_attention_backward", "set_concurrent_weight_grads", "set_hgemm_variant", "set_split_k",
     "weight_grad_branch",
 ]

@@ -59,19 +59,38 @@ GPU_SMALL_OUTPUT = 2048
 EMU_SMALL_OUTPUT, EMU_SMALL_K = 128 * 128, 512
 
 
-# Split K: a weight gradient dW = Xᵀ·dY has a small output (C x C' values) and a long K (B·T rows): rung 5 would run
-# it on one or two blocks of a GPU's 132 multiprocessors, each looping over all of K. Stored K-major (Xᵀ read in
-# place, dY as it is), both operands are stacks of SPLIT_K pieces of K without a copy; one batched launch computes
-# the partial products (grid z = the piece) and a column sum (Phase 3b's bias_grad) adds them in float32.
-SPLIT_MIN_K, SPLIT_PIECE_K, SPLIT_MAX, SPLIT_MAX_BLOCKS = 2048, 256, 16, 16
+# Split K: a weight gradient dW = Xᵀ·dY has a small output (C x C' values) and a long K (B·T rows): unsplit, it runs
+# on few blocks of a GPU's 132 multiprocessors (nanoGPT's 384 x 1152 output: 27 of rung 5's 128 x 128 tiles), each
+# looping over all of K (16,384 rows): an H100 took 150 us for each of those products on rung 6 (wgmma), 380 us on
+# rung 5, a fifth of the step (benchmarks/results/phase8b_nanogpt-*.json, gemm rows). Stored K-major (Xᵀ read in
+# place, dY as it is), both operands are stacks of pieces of K without a copy; one batched launch computes the
+# partial products (grid z = the piece) and a column sum (Phase 3b's bias_grad) adds them in float32. The pieces
+# are as many as bring the blocks (tiles x pieces) to the target, about one a multiprocessor, each piece at least
+# SPLIT_PIECE_K rows long.
+SPLIT_MIN_K, SPLIT_PIECE_K, SPLIT_MAX = 2048, 256, 16
+SPLIT_TARGET_BLOCKS = 128
+_split_target = SPLIT_TARGET_BLOCKS
+
+
+def set_split_k(target_blocks: int | None) -> int:
+    """The blocks (output tiles of 128 x 128 times pieces of K) a split weight-gradient product aims at from now
+    on; 0: never split; None: the default, SPLIT_TARGET_BLOCKS. Returns the previous setting."""
+    global _split_target
+    if target_blocks is not None and (isinstance(target_blocks, bool) or not isinstance(target_blocks, int)
+                                      or target_blocks < 0):
+        raise TypeError(f"set_split_k: a number of blocks >= 0 (0: never split) or None, got {target_blocks!r}")
+    previous, _split_target = _split_target, SPLIT_TARGET_BLOCKS if target_blocks is None else target_blocks
+    return previous
 
 
 def split_k(m: int, n: int, k: int, transpose_a: bool, transpose_b: bool) -> int:
     """How many pieces of K the product runs as (1: not split)."""
     blocks = -(-m // 128) * -(-n // 128)  # rung 5's blocks for the whole output
-    if not transpose_a or transpose_b or k < SPLIT_MIN_K or blocks > SPLIT_MAX_BLOCKS:
+    if not transpose_a or transpose_b or k < SPLIT_MIN_K or blocks >= _split_target:
         return 1
-    pieces = SPLIT_MAX
+    pieces = 1
+    while pieces < SPLIT_MAX and blocks * pieces < _split_target:
+        pieces *= 2
     while pieces > 1 and (k % pieces or k // pieces < SPLIT_PIECE_K):
         pieces //= 2
     return pieces
