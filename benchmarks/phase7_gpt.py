@@ -44,6 +44,9 @@ from pathlib import Path
 
 import numpy as np
 from common import ROOT, emulator_name, gpu_name, software, solution_sources, time_gpu, write_results
+from torch_gpt import load_weights
+from torch_gpt import torch_gpt as torch_gpt_model
+from torch_gpt import torch_optimizer as torch_adamw
 
 LABS = ("phase1_memory", "phase2_kernels", "phase3a_forward", "phase3b_backward", "phase4_reductions",
         "phase5_fast", "phase6_cnn", "phase7_gpt")
@@ -236,84 +239,14 @@ def attention_rows(device: str, small: bool) -> list[dict]:
 
 
 def torch_gpt(config: dict, vocab: int, device: str, tie: bool = TIE, dropout: float = DROPOUT):
-    """The same GPT in PyTorch (its own modules, fused attention), parameters named as minitorch's: the head tied
-    to wte as nanoGPT ties it (lm_head.weight is wte.weight), dropout on the embeddings and both residual
-    branches, as minitorch's nn.GPT places it."""
-    import torch
-    import torch.nn.functional as TF  # noqa: N812
-
-    class Attention(torch.nn.Module):
-        def __init__(self, c: int, h: int) -> None:
-            super().__init__()
-            self.h, self.c_attn, self.c_proj = h, torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c)
-
-        def forward(self, x):
-            b, t, c = x.shape
-            q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in self.c_attn(x).split(c, dim=2))
-            y = TF.scaled_dot_product_attention(q, k, v, is_causal=True)
-            return self.c_proj(y.transpose(1, 2).reshape(b, t, c))
-
-    class Block(torch.nn.Module):
-        def __init__(self, c: int, h: int) -> None:
-            super().__init__()
-            self.ln1, self.attn, self.ln2 = torch.nn.LayerNorm(c), Attention(c, h), torch.nn.LayerNorm(c)
-            self.fc, self.proj = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
-
-            self.attn_drop, self.mlp_drop = torch.nn.Dropout(dropout), torch.nn.Dropout(dropout)
-
-        def forward(self, x):
-            x = x + self.attn_drop(self.attn(self.ln1(x)))
-            return x + self.mlp_drop(self.proj(TF.gelu(self.fc(self.ln2(x)), approximate="tanh")))
-
-    class GPT(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            c = config["d_model"]
-            self.wte, self.wpe = torch.nn.Embedding(vocab, c), torch.nn.Embedding(config["block_size"], c)
-            self.blocks = torch.nn.ModuleList(Block(c, config["n_head"]) for _ in range(config["n_layer"]))
-            self.ln_f, self.lm_head = torch.nn.LayerNorm(c), torch.nn.Linear(c, vocab)
-            self.drop = torch.nn.Dropout(dropout)
-            if tie:  # one (vocab, C) table: nn.Linear keeps its weight as (out, in), the embedding's layout
-                self.lm_head.weight = self.wte.weight
-
-        def forward(self, idx):
-            x = self.drop(self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device)))
-            for block in self.blocks:
-                x = block(x)
-            return self.lm_head(self.ln_f(x))
-
-    return GPT().to(device)
-
-
-def load_weights(net, model) -> None:
-    """Copy the minitorch model's parameters into the PyTorch one (a Linear weight is stored transposed there)."""
-    import torch
-
-    state = {}
-    for name, p in model.named_parameters():
-        value = p.numpy()
-        linear = value.ndim == 2 and not name.startswith(("wte.", "wpe."))
-        state[name] = torch.from_numpy(np.ascontiguousarray(value.T if linear else value))
-    if model.tie_weights:  # PyTorch's state dict names the shared table twice
-        state["lm_head.weight"] = state["wte.weight"]
-    net.load_state_dict(state, strict=True)  # every name and shape must match
+    """The same GPT in PyTorch (benchmarks/torch_gpt.py), Phase 7's: no dropout on the attention probabilities."""
+    return torch_gpt_model(config, vocab, device, tie, dropout)
 
 
 def torch_optimizer(net, model, train_cfg: dict, **kw):
-    """PyTorch's AdamW over the same two groups as minitorch's (model.optimizer_groups: the Linear matrices decay,
-    nothing else), and a LambdaLR giving step k the rate WarmupCosine gives minitorch's step k + 1."""
-    import torch
-
-    names = {id(p): n for n, p in model.named_parameters()}
-    decayed = {names[id(p)] for p in model.optimizer_groups(WEIGHT_DECAY)[0]["params"]}
-    params = dict(net.named_parameters())  # a tied table once, as wte.weight
-    groups = [{"params": [p for n, p in params.items() if n in decayed], "weight_decay": WEIGHT_DECAY},
-              {"params": [p for n, p in params.items() if n not in decayed], "weight_decay": 0.0}]
-    schedule = schedule_of(train_cfg)
-    # A float lr, as LambdaLR sets it: in a captured step the rate is frozen (PyTorch would need it on the device,
-    # as minitorch's lr_schedule keeps it); only the captured step is timed, never trained from
-    opt = torch.optim.AdamW(groups, lr=schedule.max_lr, **kw)
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda k: schedule.lr(k + 1) / schedule.max_lr)
+    """PyTorch's AdamW over minitorch's two groups, with Phase 7's weight decay and schedule (betas PyTorch's);
+    only the captured step is timed, never trained from."""
+    return torch_adamw(net, model, WEIGHT_DECAY, schedule_of(train_cfg), **kw)
 
 
 def torch_captured(step) -> object:

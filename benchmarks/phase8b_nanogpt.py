@@ -41,6 +41,9 @@ Rows of the JSON (``benchmarks/results/phase8b_nanogpt-<device>.json``):
 record PATH.json and the parameters PATH.npz beside it), which the grader re-evaluates in float64.
 
 On a GPU: ``python benchmarks/phase8b_nanogpt.py --save OUT/nanogpt_model.json`` (about four minutes on an H100).
+``--step-only`` trains nothing: the ``check``, ``gemm``, ``step_variants``, ``step`` and ``kernel`` rows, and PyTorch's
+eager step split by kernel (``torch_kernel`` rows), into ``phase8b_nanogpt_step-<device>.json`` (about two minutes
+on an H100): the step's time after a change, without the four minutes of training.
 ``--smoke`` runs every line on the emulator with a reduced model and a few steps (PyTorch on the cpu: no captured or
 compiled rows) and writes its JSON into a temporary directory: a check of the script, not a result.
 """
@@ -53,6 +56,7 @@ import datetime
 import gc
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -61,6 +65,9 @@ from pathlib import Path
 import numpy as np
 import phase7_gpt as gpt
 from common import RESULTS, ROOT, emulator_name, gpu_name, slug, software, solution_sources, time_gpu
+from torch_gpt import load_weights
+from torch_gpt import torch_gpt as torch_gpt_model
+from torch_gpt import torch_optimizer as torch_adamw
 
 LABS = gpt.LABS + ("phase8a_tensor_cores", "phase8b_flash")
 SEED = 0
@@ -89,68 +96,16 @@ def schedule_of(cfg: dict):
 
 
 def torch_gpt(cfg: dict, vocab: int, device: str):
-    """nanoGPT's model in PyTorch, parameters named as minitorch's (``phase7_gpt.load_weights`` copies them):
+    """nanoGPT's model in PyTorch (benchmarks/torch_gpt.py; ``load_weights`` copies minitorch's weights into it):
     dropout after the embeddings, on both residual branches, and on the attention probabilities
     (``scaled_dot_product_attention(..., dropout_p)`` while training); the head tied to the token table."""
-    import torch
-    import torch.nn.functional as TF  # noqa: N812
-
-    m, p = cfg["model"], cfg["dropout"]
-
-    class Attention(torch.nn.Module):
-        def __init__(self, c: int, h: int) -> None:
-            super().__init__()
-            self.h, self.c_attn, self.c_proj = h, torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c)
-
-        def forward(self, x):
-            b, t, c = x.shape
-            q, k, v = (z.view(b, t, self.h, c // self.h).transpose(1, 2) for z in self.c_attn(x).split(c, dim=2))
-            y = TF.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p if self.training else 0.0)
-            return self.c_proj(y.transpose(1, 2).reshape(b, t, c))
-
-    class Block(torch.nn.Module):
-        def __init__(self, c: int, h: int) -> None:
-            super().__init__()
-            self.ln1, self.attn, self.ln2 = torch.nn.LayerNorm(c), Attention(c, h), torch.nn.LayerNorm(c)
-            self.fc, self.proj = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
-            self.attn_drop, self.mlp_drop = torch.nn.Dropout(p), torch.nn.Dropout(p)
-
-        def forward(self, x):
-            x = x + self.attn_drop(self.attn(self.ln1(x)))
-            return x + self.mlp_drop(self.proj(TF.gelu(self.fc(self.ln2(x)), approximate="tanh")))
-
-    class GPT(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            c = m["d_model"]
-            self.wte, self.wpe = torch.nn.Embedding(vocab, c), torch.nn.Embedding(m["block_size"], c)
-            self.blocks = torch.nn.ModuleList(Block(c, m["n_head"]) for _ in range(m["n_layer"]))
-            self.ln_f, self.lm_head = torch.nn.LayerNorm(c), torch.nn.Linear(c, vocab)
-            self.drop = torch.nn.Dropout(p)
-            self.lm_head.weight = self.wte.weight  # tied, as nanoGPT ties them
-
-        def forward(self, idx):
-            x = self.drop(self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device)))
-            for block in self.blocks:
-                x = block(x)
-            return self.lm_head(self.ln_f(x))
-
-    return GPT().to(device)
+    return torch_gpt_model(cfg["model"], vocab, device, cfg["tie_weights"], cfg["dropout"], cfg["dropout"])
 
 
 def torch_optimizer(net, model, cfg: dict, **kw):
-    """AdamW over minitorch's two groups (the Linear matrices decay) and a LambdaLR giving PyTorch's step k the rate
-    minitorch's WarmupCosine gives its step k + 1."""
-    import torch
-
-    names = {id(p): n for n, p in model.named_parameters()}
-    decayed = {names[id(p)] for p in model.optimizer_groups(cfg["weight_decay"])[0]["params"]}
-    params = dict(net.named_parameters())
-    groups = [{"params": [p for n, p in params.items() if n in decayed], "weight_decay": cfg["weight_decay"]},
-              {"params": [p for n, p in params.items() if n not in decayed], "weight_decay": 0.0}]
-    schedule = schedule_of(cfg)
-    opt = torch.optim.AdamW(groups, lr=schedule.max_lr, betas=cfg["betas"], **kw)
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda k: schedule.lr(k + 1) / schedule.max_lr)
+    """AdamW over minitorch's two groups (the Linear matrices decay), the recipe's betas, and a LambdaLR giving
+    PyTorch's step k the rate minitorch's WarmupCosine gives its step k + 1."""
+    return torch_adamw(net, model, cfg["weight_decay"], schedule_of(cfg), betas=cfg["betas"], **kw)
 
 
 def torch_autocast(device: str):
@@ -158,6 +113,29 @@ def torch_autocast(device: str):
 
     # cache_enabled=False: the autocast weight cache cannot live across a CUDA graph capture
     return torch.autocast(device, dtype=torch.bfloat16, cache_enabled=False)
+
+
+def torch_val_loss(net, val_x: np.ndarray, val_y: np.ndarray, vocab: int, device: str, autocast: bool = True) -> float:
+    """PyTorch's mean loss of ``net`` on the validation windows, 32 a forward pass, in eval mode: under bf16
+    autocast (as it trains; the logits widened to float32 for the loss), or in the net's own dtype (``autocast``
+    False: the float64 re-evaluation of a checkpoint)."""
+    import contextlib
+
+    import torch
+    import torch.nn.functional as TF  # noqa: N812
+
+    was = net.training
+    net.eval()
+    total = 0.0
+    with torch.no_grad(), torch_autocast(device) if autocast else contextlib.nullcontext():
+        for i in range(0, len(val_x), 32):
+            xs = torch.from_numpy(val_x[i:i + 32].astype(np.int64)).to(device)
+            ys = torch.from_numpy(val_y[i:i + 32].astype(np.int64)).to(device)
+            logits = net(xs)
+            logits = logits.float() if autocast else logits
+            total += TF.cross_entropy(logits.view(-1, vocab), ys.view(-1), reduction="sum").item()
+    net.train(was)
+    return total / val_y.size
 
 
 # ---------------------------------------------------------------- minitorch's model and step
@@ -313,6 +291,23 @@ def train_minitorch(cfg: dict, model, tokenizer, train_ids, val_ids, vocab: int)
                   "launches": captured.launches}
 
 
+def captured_step(cfg: dict, model, vocab: int) -> dict:
+    """The training's step without the training (``--step-only``): AdamW on the recipe's schedule, the step on
+    device batch buffers, run once eagerly (kernels compiled, buffers made) and captured: what ``step_row`` and
+    ``kernel_rows`` take from ``train_minitorch``."""
+    import minitorch
+    from minitorch import graph, optim
+
+    b, t = cfg["batch_size"], cfg["model"]["block_size"]
+    opt = optim.AdamW(model.optimizer_groups(cfg["weight_decay"]), lr=cfg["max_lr"], betas=cfg["betas"],
+                      schedule=schedule_of(cfg))
+    xb, yb = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
+    step = minitorch_step(model, opt, xb, yb, vocab, cfg["clip"])
+    step()
+    captured = graph.capture(step)
+    return {"xb": xb, "yb": yb, "step": step, "captured": captured, "launches": captured.launches}
+
+
 def train_torch(cfg: dict, net, model, train_ids, val_data, vocab: int, device: str) -> dict:
     """PyTorch's run of the recipe on minitorch's batches: on a GPU its forward and loss compiled by
     ``torch.compile`` (the fastest way PyTorch trains it; the compiled function is timed again in step_row),
@@ -332,17 +327,9 @@ def train_torch(cfg: dict, net, model, train_ids, val_data, vocab: int, device: 
     loss_fn = torch.compile(loss_of) if device == "cuda" else loss_of
     txb = torch.zeros((b, t), dtype=torch.long, device=device)
     tyb = torch.zeros((b, t), dtype=torch.long, device=device)
-    val_x, val_y = (torch.from_numpy(a.astype(np.int64)).to(device) for a in val_data)
 
     def val_loss() -> float:
-        net.eval()
-        total = 0.0
-        with torch.no_grad(), torch_autocast(device):
-            for i in range(0, len(val_x), 32):
-                xs, ys = val_x[i:i + 32], val_y[i:i + 32]
-                total += TF.cross_entropy(net(xs).float().view(-1, vocab), ys.reshape(-1)).item() * len(xs)
-        net.train()
-        return total / len(val_x)
+        return torch_val_loss(net, *val_data, vocab, device)
 
     windows = text.RandomWindows(train_ids, t, b, seed=SEED)  # minitorch's batches, in the same order
     rows, losses, aside, start, first = [], [], 0.0, time.perf_counter(), 0.0
@@ -384,15 +371,18 @@ def train_torch(cfg: dict, net, model, train_ids, val_data, vocab: int, device: 
 
 
 def step_row(cfg: dict, run: dict, net, model, vocab: int, x: np.ndarray, y: np.ndarray, device: str,
-             compiled_loss=None) -> dict:
+             compiled_loss=None, torch_kernels: list | None = None, row: dict | None = None) -> dict:
     """One step timed alone on one batch (host time included), minitorch captured (the training's graph) and
     from Python, PyTorch eager / compiled / captured (``net`` None: PyTorch is not installed, no PyTorch rows).
-    The trained models keep training on it: times only."""
+    The trained models keep training on it: times only. ``torch_kernels``, a list: PyTorch's eager step split by
+    kernel (``torch_kernel`` rows, as ``kernel_rows``) is appended to it, on a GPU. ``row``: a dict to fill as
+    the times come (a run stopped part way keeps those measured), returned."""
     time_of = gpt.timer(device)
     run["xb"].copy_from(x)
     run["yb"].copy_from(y)
-    row = {"kind": "step", "batch": cfg["batch_size"], "context": cfg["model"]["block_size"],
-           "launches": run["launches"]}
+    row = {} if row is None else row
+    row.update({"kind": "step", "batch": cfg["batch_size"], "context": cfg["model"]["block_size"],
+                "launches": run["launches"]})
     row["minitorch_captured_seconds"] = time_of(run["captured"].replay)
     row["minitorch_eager_seconds"] = time_of(run["step"])
     if net is None:
@@ -416,7 +406,10 @@ def step_row(cfg: dict, run: dict, net, model, vocab: int, x: np.ndarray, y: np.
             return loss
         return torch_step
 
-    row["pytorch_eager_seconds"] = time_of(step_of(torch_optimizer(net, model, cfg)[0]))
+    eager = step_of(torch_optimizer(net, model, cfg)[0])
+    row["pytorch_eager_seconds"] = time_of(eager)
+    if torch_kernels is not None and device == "cuda":
+        torch_kernels += kernel_rows(eager, device, kind="torch_kernel", who="PyTorch's eager step")
     if device == "cuda":
         gc.collect()
         row["pytorch_captured_seconds"] = time_of(gpt.torch_captured(step_of(
@@ -499,15 +492,18 @@ def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str
     """The captured step of a throwaway model (the recipe's, its own weights: the training's stay PyTorch's) timed
     on one batch for each way of running its products: hgemm.py's rung 5 everywhere ("pipeline"), the fastest
     variant per shape ("autotuned", from the gemm rows), and that with the weights' gradients on a side branch of
-    the graph ("autotuned+branches", ops.set_concurrent_weight_grads). Returns the row, the fastest way's name
-    and its (variant, branches)."""
+    the graph ("autotuned+branches", ops.set_concurrent_weight_grads); and the fastest per shape with no product
+    split along K ("autotuned, unsplit", ops.set_split_k(0)). Returns the row, the fastest way's name and its
+    (variant, branches, split setting)."""
     import minitorch
     from minitorch import graph, ops, optim
 
-    ways = {"best": (None, False)}
+    ways = {"best": (None, False, None)}
     if device == "cuda":
-        # rung 5 everywhere (the baseline), the fastest rung per shape, and that with branches (last: the riskiest)
-        ways = {"pipeline": ("pipeline", False), "autotuned": (policy, False), "autotuned+branches": (policy, True)}
+        # rung 5 everywhere (the baseline), the fastest rung per shape, that with the weight gradients unsplit (as
+        # the 2026-11-27 run had most of them), and with branches (last: the riskiest)
+        ways = {"pipeline": ("pipeline", False, None), "autotuned": (policy, False, None),
+                "autotuned, unsplit": (policy, False, 0), "autotuned+branches": (policy, True, None)}
     model = minitorch_model(cfg, vocab)
     opt = optim.AdamW(model.optimizer_groups(cfg["weight_decay"]), lr=cfg["max_lr"], betas=cfg["betas"],
                       schedule=schedule_of(cfg))
@@ -515,7 +511,7 @@ def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str
     step = minitorch_step(model, opt, xb, yb, vocab, cfg["clip"])
     time_of = gpt.timer(device)
     row: dict = {"kind": "step_variants", "batch": cfg["batch_size"]}
-    if any(branches for _, branches in ways.values()):
+    if any(branches for _, branches, _ in ways.values()):
         try:
             row["branch_check_worst"] = worst = branch_check(model, xb, yb, vocab, policy)
             print(f"gradients with and without branches: largest relative difference {worst:.2e}", flush=True)
@@ -523,14 +519,15 @@ def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str
                 row["branches_refused"] = f"the gradients differ by {worst:.2e} (> 1e-2) with branches"
         except Exception as exc:  # noqa: BLE001
             row["branches_refused"] = f"{type(exc).__name__}: {exc}"[:300]
-    for name, (choice, branches) in ways.items():
+    for name, (choice, branches, split) in ways.items():
         if branches and "branches_refused" in row:
             row[f"{name}_skipped"] = row["branches_refused"]
             continue
-        if branches and any(f"{k}_skipped" in row for k, (_, b) in ways.items() if b):
+        if branches and any(f"{k}_skipped" in row for k, (_, b, _) in ways.items() if b):
             row[f"{name}_skipped"] = "another way with branches failed: not tried"
             continue
         previous, was = ops.set_hgemm_variant(choice), ops.set_concurrent_weight_grads(branches)
+        split_was = ops.set_split_k(split)
         try:
             step()  # eagerly first: kernels compiled and buffers made outside the capture
             captured = graph.capture(step)
@@ -542,6 +539,7 @@ def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str
         finally:
             ops.set_hgemm_variant(previous)
             ops.set_concurrent_weight_grads(was)
+            ops.set_split_k(split_was)
     timed = {name: row[f"{name}_seconds"] for name in ways if f"{name}_seconds" in row}
     best = min(timed, key=timed.get)
     row["fastest"] = best
@@ -551,26 +549,30 @@ def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str
     return row, best, ways[best]
 
 
-def kernel_rows(run: dict, device: str) -> list[dict]:
+def kernel_rows(fn, device: str, kind: str = "kernel", who: str = "one captured step") -> list[dict]:
+    """A step (``fn()``: a captured step's replay) split by kernel under ``torch.profiler``: ``kind`` rows (calls, µs a
+    step, share) and a ``<kind>_busy`` row (GPU-busy µs a step); on a GPU only."""
     if device != "cuda":
         return []
     from phase7_step_profile import kernel_table
 
-    table, busy = kernel_table(run["captured"].replay)
-    print(f"one captured step: GPU busy {busy / 1e3:.2f} ms; the largest kernels:", flush=True)
+    table, busy = kernel_table(fn)
+    print(f"{who}: GPU busy {busy / 1e3:.2f} ms; the largest kernels:", flush=True)
     for r in table[:15]:
         print(f"  {r['share']:6.1%} {r['us_per_call']:8.1f} us x {r['calls_per_step']:4.1f}  {r['name'][:110]}")
-    return [{**r, "kind": "kernel"} for r in table] + [{"kind": "kernel_busy", "busy_us_per_step": busy}]
+    return [{**r, "kind": kind} for r in table] + [{"kind": f"{kind}_busy", "busy_us_per_step": busy}]
 
 
 def gemm_rows(cfg: dict, device: str) -> list[dict]:
     """The step's products (M = B T rows) on each variant of hgemm.py: forward, dX and dW shapes, µs a call, on
-    random bf16 operands."""
+    random bf16 operands; a product that ``ops.matmul`` splits along K (the weight gradients: ``split_k``) also as
+    it runs it (``split_us``: the pieces' batched launch and their sum)."""
     if device != "cuda":
         return []
     import cupy
 
-    from minitorch import kernels
+    from minitorch import kernels, ops
+    from minitorch.tensor import Tensor
 
     hg = kernels.load_module("hgemm.py")
     m = cfg["batch_size"] * cfg["model"]["block_size"]
@@ -594,12 +596,20 @@ def gemm_rows(cfg: dict, device: str) -> list[dict]:
                         flush=False) * 1e6
                 except Exception as exc:  # noqa: BLE001
                     row[f"{variant}_skipped"] = f"{type(exc).__name__}: {exc}"[:200]
+            pieces = ops.linalg.split_k(row["M"], row["N"], row["K"], ta, tb)
+            if pieces > 1:  # as the step runs it: the pieces of K on rung 5 in one batched launch, and their sum
+                row["split_pieces"] = pieces
+                a16, b16 = (Tensor(z, "cuda") for z in (a, b))
+                row["split_us"] = time_gpu(lambda a16=a16, b16=b16, ta=ta, tb=tb: ops.matmul(
+                    a16, b16, transpose_a=ta, transpose_b=tb, out_dtype="float32"), max_seconds=0.15,
+                    flush=False) * 1e6
             flops = 2 * row["M"] * row["N"] * row["K"]
-            row.update({f"{v}_tflops": flops / row[f"{v}_us"] / 1e6 for v in ("pipeline", "wgmma") if f"{v}_us" in row})
+            row.update({f"{v}_tflops": flops / row[f"{v}_us"] / 1e6 for v in ("pipeline", "wgmma", "split")
+                        if f"{v}_us" in row})
             rows.append(row)
             print(f"gemm {name} {case} {row['M']}x{row['N']}x{row['K']}: "
-                  + ", ".join(f"{v} {row[f'{v}_us']:.1f} us" for v in ("pipeline", "wgmma") if f"{v}_us" in row),
-                  flush=True)
+                  + ", ".join(f"{v} {row[f'{v}_us']:.1f} us" for v in ("pipeline", "wgmma", "split")
+                              if f"{v}_us" in row), flush=True)
     return rows
 
 
@@ -655,23 +665,13 @@ def float64_val_loss(cfg: dict, model, state: dict, val_ids: np.ndarray, vocab: 
 
     val_x, val_y = text.evaluation_windows(val_ids, cfg["model"]["block_size"], cfg["eval_windows"])
     if net is not None:
-        import torch
-        import torch.nn.functional as TF  # noqa: N812
-
         from minitorch import nn
 
         saved = nn.GPT(vocab, **cfg["model"], seed=SEED, tie_weights=cfg["tie_weights"], device="cpu")
         saved.load_state_dict(state)
         ref = torch_gpt(cfg, vocab, device)
-        gpt.load_weights(ref, saved)
-        ref = ref.double().eval()
-        total = 0.0
-        with torch.no_grad():
-            for i in range(0, len(val_x), 32):
-                xs = torch.from_numpy(val_x[i:i + 32].astype(np.int64)).to(device)
-                ys = torch.from_numpy(val_y[i:i + 32].astype(np.int64)).to(device)
-                total += TF.cross_entropy(ref(xs).view(-1, vocab), ys.view(-1), reduction="sum").item()
-        return total / val_y.size, "pytorch float64"
+        load_weights(ref, saved)
+        return torch_val_loss(ref.double(), val_x, val_y, vocab, device, autocast=False), "pytorch float64"
     from grader.tests import test_phase7_gpt as grader
 
     params = {name: np.asarray(value, np.float64) for name, value in state.items()}
@@ -700,11 +700,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="the emulator, a reduced model, a few steps: a check")
     parser.add_argument("--steps", type=int, help="train this many steps (default: the recipe's 2,000 of 5,000)")
     parser.add_argument("--save", type=Path, help="write the best checkpoint here (a .json record; the .npz beside it)")
-    parser.add_argument("--out", type=Path, help="write the JSON here instead of benchmarks/results/")
+    parser.add_argument("--out", type=Path, help="write the JSON here (a file, or a directory for the default name) "
+                        "instead of benchmarks/results/")
     parser.add_argument("--hgemm-variant", help="train with this hgemm.py variant for every product (default: the "
                         "fastest way of the step_variants row, measured first)")
     parser.add_argument("--no-torch-training", action="store_true", help="skip PyTorch's curve (a quicker probe)")
+    parser.add_argument("--step-only", action="store_true", help="no training: the check, the products, the ways "
+                        "of running the step, one step of each framework timed and both split by kernel, into "
+                        "phase8b_nanogpt_step-<device>.json (about two minutes on an H100)")
     args = parser.parse_args(argv)
+    if args.step_only and (args.save is not None or args.steps is not None):
+        parser.error("--step-only trains nothing: no --save, no --steps")
     if args.save is not None and args.save.suffix != ".json":
         parser.error(f"--save takes the record's path, ending in .json (the .npz goes beside it), got {args.save}")
     os.environ["MINITORCH_WORKSPACE"] = tempfile.mkdtemp(prefix="minitorch-bench-")
@@ -743,9 +749,12 @@ def main(argv: list[str] | None = None) -> int:
     probe_x, probe_y = text.RandomWindows(train_ids, cfg["model"]["block_size"], min(cfg["batch_size"], 8),
                                           seed=SEED + 1).sample()
     rows: list[dict] = []
-    configuration = "smoke" if args.smoke else "full"
-    path = args.out or (Path(tempfile.mkdtemp(prefix="phase8b-nanogpt-smoke-")) / "phase8b_nanogpt-smoke.json"
-                        if args.smoke else RESULTS / f"phase8b_nanogpt-{slug(name)}.json")
+    configuration = ("smoke" if args.smoke else "full") + (", step only" if args.step_only else "")
+    stem = "phase8b_nanogpt_step" if args.step_only else "phase8b_nanogpt"
+    default = f"{stem}-smoke.json" if args.smoke else f"{stem}-{slug(name)}.json"
+    path = args.out or (Path(tempfile.mkdtemp(prefix="phase8b-nanogpt-smoke-")) if args.smoke else RESULTS) / default
+    if path.is_dir():  # --out DIR: the default name there
+        path = path / default
     chosen: dict = {"way": None, "hgemm_table": {}}
 
     def emit(complete: bool = False) -> None:
@@ -768,12 +777,13 @@ def main(argv: list[str] | None = None) -> int:
     if table:
         print(f"hgemm variants, the fastest per shape: {table}", flush=True)
     x, y = text.RandomWindows(train_ids, cfg["model"]["block_size"], cfg["batch_size"], seed=SEED + 2).sample()
-    variants, way, (choice, branches) = variant_row(cfg, vocab, x, y, device, policy)
+    variants, way, (choice, branches, split) = variant_row(cfg, vocab, x, y, device, policy)
     rows.append(variants)
-    if args.hgemm_variant:  # a variant named on the command line, without branches
-        way, choice, branches = args.hgemm_variant, args.hgemm_variant, False
+    if args.hgemm_variant:  # a variant named on the command line, without branches, split as by default
+        way, choice, branches, split = args.hgemm_variant, args.hgemm_variant, False, None
     ops.set_hgemm_variant(choice)
     ops.set_concurrent_weight_grads(branches)
+    ops.set_split_k(split)
     chosen.update(way=way, hgemm_table=table)
     emit()
 
@@ -781,7 +791,25 @@ def main(argv: list[str] | None = None) -> int:
     net = None
     if torch is not None:
         net = torch_gpt(cfg, vocab, tdev)
-        gpt.load_weights(net, model)  # the same initial weights
+        load_weights(net, model)  # the same initial weights
+    if args.step_only:
+        # stopped by a time limit (SIGTERM, as timeout sends it): the JSON keeps what was measured
+        signal.signal(signal.SIGTERM, lambda *_: (emit(), sys.exit(124)))
+        run = captured_step(cfg, model, vocab)
+        rows += guarded(rows, "kernel", lambda: kernel_rows(run["captured"].replay, device), [])
+        emit()
+        step: dict = {"kind": "step", "minitorch_captured_seconds": float("nan")}
+        rows.append(step)
+        guarded(rows, "step", lambda: step_row(cfg, run, net, model, vocab, x, y, tdev, torch_kernels=rows,
+                                               row=step))
+        rows.append({"kind": "summary", "step_ms": step["minitorch_captured_seconds"] * 1e3,
+                     **{f"pytorch_{w}_ms": step[f"pytorch_{w}_seconds"] * 1e3 for w in ("eager", "captured", "compiled")
+                        if f"pytorch_{w}_seconds" in step},
+                     "ratio_to_pytorch_eager": step.get("ratio_to_pytorch_eager"),
+                     "ratio_to_best_pytorch": step.get("ratio_to_best_pytorch"), "best_pytorch": step.get("best_pytorch"),
+                     "launches_per_step": run["launches"], "way": way})
+        emit(complete=True)
+        return 0
     curve, run = train_minitorch(cfg, model, tokenizer, train_ids, val_ids, vocab)
     rows += curve
     emit()
@@ -807,7 +835,7 @@ def main(argv: list[str] | None = None) -> int:
                    {"kind": "step", "minitorch_captured_seconds": float("nan")})
     rows.append(step)
     emit()
-    rows += guarded(rows, "kernel", lambda: kernel_rows(run, device), [])
+    rows += guarded(rows, "kernel", lambda: kernel_rows(run["captured"].replay, device), [])
     emit()
 
     def attention_map_rows() -> list[dict]:
