@@ -149,6 +149,34 @@ def test_a_split_product_of_several_output_tiles_sums_each_tile_of_each_piece(de
         assert _launched("bias_grad") == 1
 
 
+def test_the_tied_head_rounds_the_table_once_for_its_forward_and_backward(device):
+    """nanoGPT's head under bf16 autocast: logits = round(x) @ round(W)ᵀ + b, dx = round(dy) @ round(W), and the
+    table's gradient dyᵀ @ x in float32, against float64 references; on the emulator three conversions (x, the
+    table and dy: the table's rounded copy serves both products), none twice."""
+    from minitorch.nn.transformer import TiedHead
+
+    rng = np.random.default_rng(5)
+    n, c, v = 6, 16, 7
+    x = rng.standard_normal((n, c)).astype(np.float32)
+    table = rng.standard_normal((v, c)).astype(np.float32)
+    g = rng.standard_normal((n, v)).astype(np.float32)
+    head = TiedHead(v, device=device)
+    head.bias.copy_from(rng.standard_normal(v).astype(np.float32))
+    xt = minitorch.tensor(x, device, requires_grad=True)
+    wt = minitorch.tensor(table, device, requires_grad=True)
+    kernels.reset_launch_counts()
+    with amp.autocast("bfloat16"):
+        y = head(xt, wt)
+    y.backward(minitorch.tensor(g, device))
+    xr, wr, gr = _rounded(x, "bfloat16"), _rounded(table, "bfloat16"), _rounded(g, "bfloat16")
+    bias = head.bias.numpy().astype(np.float64)
+    _assert_within(y.numpy() - bias, xr @ wr.T, np.abs(xr) @ np.abs(wr).T, c)
+    _assert_within(xt.grad.numpy(), gr @ wr, np.abs(gr) @ np.abs(wr), v)
+    np.testing.assert_allclose(wt.grad.numpy(), g.astype(np.float64).T @ x, rtol=1e-5, atol=1e-5)
+    if device == "emu":
+        assert _launched("float_to_bfloat16") == 3
+
+
 def test_bmm_with_compute_dtype_float32_stays_float32_under_autocast(device):
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal((2, 4, 5)).astype(np.float32)

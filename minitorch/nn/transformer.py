@@ -202,15 +202,24 @@ class _TiedProjection(Function):
 
     @staticmethod
     def forward(ctx: Context, x: Tensor, weight: Tensor) -> Tensor:
-        ctx.save_for_backward(x, weight)
-        ctx.compute = ops.product_dtype(x.dtype)  # None outside autocast: float32 products, as before
-        return ops.matmul(x, weight, transpose_b=True)
+        ctx.compute = c = ops.product_dtype(x.dtype)  # None outside autocast: float32 products, as before
+        if c is None:
+            ctx.save_for_backward(x, weight)
+            return ops.matmul(x, weight, transpose_b=True)
+        # the table rounded once a step: the forward's copy is the backward's dx operand too (the same bits as
+        # rounding it again, one conversion less)
+        w16 = ops.convert(weight, c)
+        ctx.save_for_backward(x, w16)
+        return ops.matmul(ops.convert(x, c), w16, transpose_b=True, out_dtype=DTYPE)
 
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        x, weight = ctx.saved_tensors
+        x, weight = ctx.saved_tensors  # weight: the table, or its rounded copy under autocast
         c = ctx.compute
-        grad_x = ops.matmul(grad, weight, compute_dtype=c) if ctx.needs_input_grad[0] else None
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = (ops.matmul(grad, weight) if c is None
+                      else ops.matmul(ops.convert(grad, c), weight, out_dtype=DTYPE))
         if not ctx.needs_input_grad[1]:
             return grad_x, None
         # float32 (see the class); on a side branch of a captured graph where that is on
