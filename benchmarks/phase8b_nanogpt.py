@@ -571,7 +571,7 @@ def gemm_rows(cfg: dict, device: str) -> list[dict]:
         return []
     import cupy
 
-    from minitorch import kernels, ops
+    from minitorch import kernels
     from minitorch.tensor import Tensor
 
     hg = kernels.load_module("hgemm.py")
@@ -596,13 +596,10 @@ def gemm_rows(cfg: dict, device: str) -> list[dict]:
                         flush=False) * 1e6
                 except Exception as exc:  # noqa: BLE001
                     row[f"{variant}_skipped"] = f"{type(exc).__name__}: {exc}"[:200]
-            pieces = ops.linalg.split_k(row["M"], row["N"], row["K"], ta, tb)
-            if pieces > 1:  # as the step runs it: the pieces of K on rung 5 in one batched launch, and their sum
-                row["split_pieces"] = pieces
-                a16, b16 = (Tensor(z, "cuda") for z in (a, b))
-                row["split_us"] = time_gpu(lambda a16=a16, b16=b16, ta=ta, tb=tb: ops.matmul(
-                    a16, b16, transpose_a=ta, transpose_b=tb, out_dtype="float32"), max_seconds=0.15,
-                    flush=False) * 1e6
+            try:
+                row.update(split_timings(row, Tensor(a, "cuda"), Tensor(b, "cuda"), ta, tb))
+            except Exception as exc:  # noqa: BLE001 (the variants' times stay: the autotuned policy needs them)
+                row["split_skipped"] = f"{type(exc).__name__}: {exc}"[:200]
             flops = 2 * row["M"] * row["N"] * row["K"]
             row.update({f"{v}_tflops": flops / row[f"{v}_us"] / 1e6 for v in ("pipeline", "wgmma", "split")
                         if f"{v}_us" in row})
@@ -611,6 +608,33 @@ def gemm_rows(cfg: dict, device: str) -> list[dict]:
                   + ", ".join(f"{v} {row[f'{v}_us']:.1f} us" for v in ("pipeline", "wgmma", "split")
                               if f"{v}_us" in row), flush=True)
     return rows
+
+
+def split_timings(row: dict, a16, b16, ta: bool, tb: bool, timer=None) -> dict:
+    """A product that ``ops.matmul`` splits along K (``split_k``: the weight gradients), timed as the step runs it
+    (the pieces' batched launch on rung 5 and their sum): ``split_us`` at the default number of pieces
+    (``split_pieces``), ``split_us_by_pieces`` at 2, 4, 8 and 16 (the target set to tiles x pieces); nothing for
+    a product that is not split."""
+    from minitorch import ops
+
+    pieces = ops.linalg.split_k(row["M"], row["N"], row["K"], ta, tb)
+    if pieces == 1:
+        return {}
+    timer = timer or (lambda fn: time_gpu(fn, max_seconds=0.1, flush=False))
+
+    def us() -> float:
+        return timer(lambda: ops.matmul(a16, b16, transpose_a=ta, transpose_b=tb, out_dtype="float32")) * 1e6
+
+    out = {"split_pieces": pieces, "split_us": us(), "split_us_by_pieces": {}}
+    tiles = -(-row["M"] // 128) * -(-row["N"] // 128)
+    for p in (2, 4, 8, 16):
+        previous = ops.set_split_k(tiles * p)
+        try:
+            assert ops.linalg.split_k(row["M"], row["N"], row["K"], ta, tb) == p
+            out["split_us_by_pieces"][p] = us()
+        finally:
+            ops.set_split_k(previous)
+    return out
 
 
 def autotuned(rows: list[dict]):
