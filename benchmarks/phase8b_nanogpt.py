@@ -786,7 +786,7 @@ def main(argv: list[str] | None = None) -> int:
         config = dict(cfg, vocab_size=vocab, seed=SEED, torch=torch.__version__ if torch else None, attention="flash",
                       autocast="bfloat16", schedule=dataclasses.asdict(schedule_of(cfg)), decay="Linear matrices only",
                       stopped=f"at {cfg['steps']} of {cfg['total']} steps", **chosen)
-        doc = {"benchmark": "phase8b_nanogpt", "device": name, "date": datetime.date.today().isoformat(),
+        doc = {"benchmark": stem, "device": name, "date": datetime.date.today().isoformat(),
                "software": software(), "configuration": configuration, "complete": complete, "config": config,
                "results": rows}
         path.parent.mkdir(parents=True, exist_ok=True)
