@@ -493,7 +493,7 @@ def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str
     on one batch for each way of running its products: hgemm.py's rung 5 everywhere ("pipeline"), the fastest
     variant per shape ("autotuned", from the gemm rows), and that with the weights' gradients on a side branch of
     the graph ("autotuned+branches", ops.set_concurrent_weight_grads); and the fastest per shape with no product
-    split along K ("autotuned, unsplit", ops.set_split_k(0)). Returns the row, the fastest way's name and its
+    split along K ("autotuned_unsplit", ops.set_split_k(0)). Returns the row, the fastest way's name and its
     (variant, branches, split setting)."""
     import minitorch
     from minitorch import graph, ops, optim
@@ -503,7 +503,7 @@ def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str
         # rung 5 everywhere (the baseline), the fastest rung per shape, that with the weight gradients unsplit (as
         # the 2026-11-27 run had most of them), and with branches (last: the riskiest)
         ways = {"pipeline": ("pipeline", False, None), "autotuned": (policy, False, None),
-                "autotuned, unsplit": (policy, False, 0), "autotuned+branches": (policy, True, None)}
+                "autotuned_unsplit": (policy, False, 0), "autotuned+branches": (policy, True, None)}
     model = minitorch_model(cfg, vocab)
     opt = optim.AdamW(model.optimizer_groups(cfg["weight_decay"]), lr=cfg["max_lr"], betas=cfg["betas"],
                       schedule=schedule_of(cfg))
