@@ -488,12 +488,14 @@ def branch_check(model, xb, yb, vocab: int, choice) -> float:
     return max(relative(results[True][n], results[False][n].astype(np.float64)) for n in results[False])
 
 
-def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str, policy) -> tuple[dict, str, tuple]:
+def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str, policy,
+                explore: bool = False) -> tuple[dict, str, tuple]:
     """The captured step of a throwaway model (the recipe's, its own weights: the training's stay PyTorch's) timed
     on one batch for each way of running its products: hgemm.py's rung 5 everywhere ("pipeline"), the fastest
     variant per shape ("autotuned", from the gemm rows), and that with the weights' gradients on a side branch of
     the graph ("autotuned+branches", ops.set_concurrent_weight_grads); and the fastest per shape with no product
-    split along K ("autotuned_unsplit", ops.set_split_k(0)). Returns the row, the fastest way's name and its
+    split along K ("autotuned_unsplit", ops.set_split_k(0); with ``explore`` only, as ``--step-only`` runs).
+    Returns the row, the fastest way's name and its
     (variant, branches, split setting)."""
     import minitorch
     from minitorch import graph, ops, optim
@@ -504,6 +506,8 @@ def variant_row(cfg: dict, vocab: int, x: np.ndarray, y: np.ndarray, device: str
         # the 2026-11-27 run had most of them), and with branches (last: the riskiest)
         ways = {"pipeline": ("pipeline", False, None), "autotuned": (policy, False, None),
                 "autotuned_unsplit": (policy, False, 0), "autotuned+branches": (policy, True, None)}
+        if not explore:  # the training's run: its time stays that of the ways it may train with
+            del ways["autotuned_unsplit"]
     model = minitorch_model(cfg, vocab)
     opt = optim.AdamW(model.optimizer_groups(cfg["weight_decay"]), lr=cfg["max_lr"], betas=cfg["betas"],
                       schedule=schedule_of(cfg))
@@ -563,7 +567,7 @@ def kernel_rows(fn, device: str, kind: str = "kernel", who: str = "one captured 
     return [{**r, "kind": kind} for r in table] + [{"kind": f"{kind}_busy", "busy_us_per_step": busy}]
 
 
-def gemm_rows(cfg: dict, device: str) -> list[dict]:
+def gemm_rows(cfg: dict, device: str, explore: bool = False) -> list[dict]:
     """The step's products (M = B T rows) on each variant of hgemm.py: forward, dX and dW shapes, µs a call, on
     random bf16 operands; a product that ``ops.matmul`` splits along K (the weight gradients: ``split_k``) also as
     it runs it (``split_us``: the pieces' batched launch and their sum)."""
@@ -597,7 +601,7 @@ def gemm_rows(cfg: dict, device: str) -> list[dict]:
                 except Exception as exc:  # noqa: BLE001
                     row[f"{variant}_skipped"] = f"{type(exc).__name__}: {exc}"[:200]
             try:
-                row.update(split_timings(row, Tensor(a, "cuda"), Tensor(b, "cuda"), ta, tb))
+                row.update(split_timings(row, Tensor(a, "cuda"), Tensor(b, "cuda"), ta, tb, explore=explore))
             except Exception as exc:  # noqa: BLE001 (the variants' times stay: the autotuned policy needs them)
                 row["split_skipped"] = f"{type(exc).__name__}: {exc}"[:200]
             flops = 2 * row["M"] * row["N"] * row["K"]
@@ -610,11 +614,11 @@ def gemm_rows(cfg: dict, device: str) -> list[dict]:
     return rows
 
 
-def split_timings(row: dict, a16, b16, ta: bool, tb: bool, timer=None) -> dict:
+def split_timings(row: dict, a16, b16, ta: bool, tb: bool, timer=None, explore: bool = True) -> dict:
     """A product that ``ops.matmul`` splits along K (``split_k``: the weight gradients), timed as the step runs it
     (the pieces' batched launch on rung 5 and their sum): ``split_us`` at the default number of pieces
-    (``split_pieces``), ``split_us_by_pieces`` at 2, 4, 8 and 16 (the target set to tiles x pieces); nothing for
-    a product that is not split."""
+    (``split_pieces``), and with ``explore`` ``split_us_by_pieces`` at 2, 4, 8 and 16 (the target set to tiles x
+    pieces); nothing for a product that is not split."""
     from minitorch import ops
 
     pieces = ops.linalg.split_k(row["M"], row["N"], row["K"], ta, tb)
@@ -625,7 +629,10 @@ def split_timings(row: dict, a16, b16, ta: bool, tb: bool, timer=None) -> dict:
     def us() -> float:
         return timer(lambda: ops.matmul(a16, b16, transpose_a=ta, transpose_b=tb, out_dtype="float32")) * 1e6
 
-    out = {"split_pieces": pieces, "split_us": us(), "split_us_by_pieces": {}}
+    out = {"split_pieces": pieces, "split_us": us()}
+    if not explore:
+        return out
+    out["split_us_by_pieces"] = {}
     tiles = -(-row["M"] // 128) * -(-row["N"] // 128)
     for p in (2, 4, 8, 16):
         previous = ops.set_split_k(tiles * p)
@@ -795,13 +802,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path}" + (" (not a result for the book)" if args.smoke else ""), flush=True)
 
     rows += guarded(rows, "check", lambda: [check_row(cfg, vocab, probe_x, probe_y)], [])
-    gemms = guarded(rows, "gemm", lambda: gemm_rows(cfg, device), [])
+    gemms = guarded(rows, "gemm", lambda: gemm_rows(cfg, device, explore=args.step_only), [])
     rows += gemms
     policy, table = autotuned(gemms)
     if table:
         print(f"hgemm variants, the fastest per shape: {table}", flush=True)
     x, y = text.RandomWindows(train_ids, cfg["model"]["block_size"], cfg["batch_size"], seed=SEED + 2).sample()
-    variants, way, (choice, branches, split) = variant_row(cfg, vocab, x, y, device, policy)
+    variants, way, (choice, branches, split) = variant_row(cfg, vocab, x, y, device, policy, explore=args.step_only)
     rows.append(variants)
     if args.hgemm_variant:  # a variant named on the command line, without branches, split as by default
         way, choice, branches, split = args.hgemm_variant, args.hgemm_variant, False, None
