@@ -78,21 +78,23 @@ VALIDATION_LENGTHS = (1, 7, 65, 1000, 4097)  # the issue's sequence lengths (mul
 def fwd_config(rung: int, d: int, tiles: tuple | None = None) -> tuple:
     if rung in FWD_MMA:
         return FWD_MMA[rung]
-    w, mt, bc = tiles or RUNG5_CANDIDATES[d][0]
+    w, mt, bc = (tiles or RUNG5_CANDIDATES[d][0])[:3]
     return (w, mt, bc, "SWIZZLED", True, 3 if rung == 7 else 2, True, rung >= 6)
 
 
 def fwd_kernel(rung: int, dtype: str, d: int, tiles: tuple | None = None, dropout: bool = False) -> str:
-    """The kernel of forward rung `rung` (rungs 5-7: with `tiles` = (WARPS, MT, BC), default the first;
+    """The kernel of forward rung `rung` (rungs 5-7: with `tiles` = (WARPS, MT, BC) or (WARPS, MT, BC, BN), BN
+    the keys of one online-softmax step (rungs 5 and 6; default BC), default the first candidate;
     `dropout`: rung 5's instantiation that drops out)."""
     t = CTYPE[dtype]
     if rung == 1:
         return f"flash_fwd_1_scalar<{t}, {d}>"
     if rung in FWD_MMA:
         return f"flash_fwd_{rung}_{KERNEL_SUFFIX[rung]}<{t}, {d}>"
-    w, mt, bc = tiles or RUNG5_CANDIDATES[d][0]
+    w, mt, bc, *bn = tiles or RUNG5_CANDIDATES[d][0]
     drop = ", true" if dropout else (", false" if rung == 5 else "")
-    return f"flash_fwd_{rung}_{KERNEL_SUFFIX[rung]}<{t}, {d}, {w}, {mt}, {bc}{drop}>"
+    step = f", {bn[0]}" if bn and bn[0] != bc else ""  # keys an online-softmax step (default: the tile's)
+    return f"flash_fwd_{rung}_{KERNEL_SUFFIX[rung]}<{t}, {d}, {w}, {mt}, {bc}{drop}{step}>"
 
 
 def fwd_geometry(rung: int, d: int, tiles: tuple | None = None) -> tuple[int, int, int]:
@@ -195,7 +197,10 @@ def NO_DROPOUT() -> list:  # noqa: N802
 class Flash:
     """The compiled kernels and launchers for them (torch tensors on the GPU)."""
 
-    def __init__(self, rungs=RUNGS, dims=(64, 128)):
+    def __init__(self, rungs=RUNGS, dims=(64, 128), candidates: dict[int, list[tuple]] | None = None,
+                 backward: bool = True):
+        """Compiles `rungs` at head dims `dims` (rungs 5-7: every tile candidate, or `candidates[d]`) and, with
+        `backward`, the backward's candidates."""
         import cupy
         import torch
         from phase8a_hgemm import Driver
@@ -205,15 +210,18 @@ class Flash:
         props = torch.cuda.get_device_properties(0)
         arch = f"sm_{props.major}{props.minor}"
         self.driver = Driver()
-        self.tiles = {r: {d: RUNG5_CANDIDATES[d][0] for d in dims} for r in TUNED}
+        cands = candidates or RUNG5_CANDIDATES
+        self.tiles = {r: {d: cands[d][0] for d in dims} for r in TUNED}
         self.bwd_tiles = {d: BWD_CANDIDATES[d][0] for d in dims}
         names: dict[tuple, list[str]] = {}
         for d in dims:
             for dtype in ("bf16", "fp16"):
                 for rung in rungs:
-                    for cand in RUNG5_CANDIDATES[d] if rung in TUNED else [None]:
+                    for cand in cands[d] if rung in TUNED else [None]:
+                        if rung == 7 and cand is not None and len(cand) > 3:
+                            continue  # rung 7 takes whole tiles (its V wait is once a tile)
                         names.setdefault((rung, d, cand), []).append(fwd_kernel(rung, dtype, d, cand))
-                for cand in BWD_CANDIDATES[d]:
+                for cand in BWD_CANDIDATES[d] if backward else []:
                     names.setdefault(("bwd", d, cand), []).extend(bwd_kernels(dtype, d, cand))
         opts = ("--std=c++17", "-lineinfo", "--use_fast_math", f"--gpu-architecture={arch}") + toolkit_include_options()
         code = source()

@@ -15,6 +15,7 @@ import sys
 from functools import cache
 
 import numpy as np
+import pytest
 
 from minitorch import emu
 from tests.conftest import ROOT
@@ -39,11 +40,11 @@ def rand_inputs(t: int, d: int, dtype: str, n: int = 4) -> list[np.ndarray]:
     return [fl.to_bits(RNG.standard_normal((BH, t, d)), dtype) for _ in range(n)]
 
 
-def forward(rung: int, dtype: str, q, k, v, causal: bool, code: str = SOURCE):
+def forward(rung: int, dtype: str, q, k, v, causal: bool, code: str = SOURCE, tiles: tuple | None = None):
     bh, t, d = q.shape
-    name = fl.fwd_kernel(rung, dtype, d)
+    name = fl.fwd_kernel(rung, dtype, d, tiles)
     kern = module((name,), code).get_function(name)
-    br, threads, smem = fl.fwd_geometry(rung, d)
+    br, threads, smem = fl.fwd_geometry(rung, d, tiles)
     o = emu.asarray(np.full(q.shape, 0x7FFF, np.uint16))  # NaN: every element must be written
     lse = emu.asarray(np.full((bh, t), np.nan, np.float32))
     if smem > 48 * 1024:
@@ -74,13 +75,24 @@ def backward(dtype: str, q, k, v, o, lse, do, causal: bool, tiles: tuple | None 
     return dq.get(), dk.get(), dv.get()
 
 
-def check_forward(rung: int, dtype: str, t: int, d: int, causal: bool, code: str = SOURCE) -> tuple[bool, str]:
+def check_forward(rung: int, dtype: str, t: int, d: int, causal: bool, code: str = SOURCE,
+                  tiles: tuple | None = None) -> tuple[bool, str]:
     q, k, v = rand_inputs(t, d, dtype, 3)
-    o, lse = forward(rung, dtype, q, k, v, causal, code)
+    o, lse = forward(rung, dtype, q, k, v, causal, code, tiles)
     ref = fl.reference(*(fl.from_bits(x, dtype) for x in (q, k, v)), causal)
     ok, units = fl.within_bound(fl.from_bits(o, dtype), ref["o"], ref["o_mag"], dtype)
     ok_lse = fl.lse_ok(lse, ref["lse"])
     return ok and ok_lse, f"rung {rung} {dtype} T={t} D={d} causal={causal}: O {units:.2f} u-units, lse ok {ok_lse}"
+
+
+@pytest.mark.parametrize("rung", [5, 6])
+def test_forward_in_online_softmax_steps_shorter_than_the_tile(rung: int) -> None:
+    """Rungs 5 and 6 with 64-key K/V tiles taken in two 32-key steps (benchmarks/phase8b_flash_sweep.py's
+    candidates at D = 128): T = 130 ends inside a step of the third tile (the step past the end is skipped),
+    causal blocks end on a step boundary of their last tile."""
+    for causal in (False, True):
+        ok, what = check_forward(rung, "bf16", 130, 128, causal, tiles=(4, 2, 64, 32))
+        assert ok, what
 
 
 def test_backward_in_the_other_tilings_the_benchmark_may_choose() -> None:
