@@ -187,11 +187,14 @@ def lse_ok(got: np.ndarray, ref: np.ndarray) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------
-def NO_DROPOUT() -> list:  # noqa: N802
-    """The dropout arguments every forward kernel and the backward take: threshold 0 keeps everything."""
+def NO_DROPOUT(forward: bool = True) -> list:  # noqa: N802
+    """The dropout arguments every forward kernel (threshold, scale, seed, step, step_used) and the backward
+    (threshold, scale, seed, step) take: threshold 0 keeps everything; the step pointers are null (only the
+    kernels instantiated with DROP read or write them)."""
     import ctypes
 
-    return [ctypes.c_uint32(0), ctypes.c_float(1.0), ctypes.c_uint64(0), ctypes.c_uint32(0)]
+    return [ctypes.c_uint32(0), ctypes.c_float(1.0), ctypes.c_uint64(0)] + [ctypes.c_uint64(0)] * (2 if forward
+                                                                                                 else 1)
 
 
 class Flash:
@@ -294,7 +297,8 @@ class Flash:
         l2 = self._launch(main, (math.ceil(t / bc), bh), threads, smem,
                           [p(q), p(k), p(v), p(do), p(lse), p(delta), p(dqacc), p(dk), p(dv), ctypes.c_int(t),
                            ctypes.c_float(LOG2E / math.sqrt(d)), ctypes.c_float(1 / math.sqrt(d)),
-                           ctypes.c_int(int(causal))] + NO_DROPOUT(), (q, k, v, do, lse, delta, dqacc, dk, dv))
+                           ctypes.c_int(int(causal))] + NO_DROPOUT(forward=False),
+                          (q, k, v, do, lse, delta, dqacc, dk, dv))
         l3 = self._launch(conv, (math.ceil(n / 256), 1), 256, 0,
                           [p(dqacc), p(dq), ctypes.c_float(1 / math.sqrt(d)), ctypes.c_longlong(n)], (dqacc, dq))
 

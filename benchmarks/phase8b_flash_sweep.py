@@ -136,7 +136,8 @@ def main() -> int:
     def log(msg):
         print(f"[{time.perf_counter() - t0:5.0f}s] {msg}", flush=True)
 
-    flash = fl.Flash((5, 6), (D,), candidates={D: [tiles for _, tiles in CANDIDATES.values()]}, backward=False)
+    tiles = list(dict.fromkeys(tiles for _, tiles in CANDIDATES.values()))  # each compiled once a rung
+    flash = fl.Flash((5, 6), (D,), candidates={D: tiles}, backward=False)
     device = gpu_name()
     log(f"device: {device}; compile errors: {list(flash.errors)}")
     resources = flash.resources()

@@ -27,7 +27,7 @@ SOURCE = fl.source()
 RNG = np.random.default_rng(25)
 LENGTHS = (1, 7, 65)
 BH = 2  # two heads: a wrong head offset shows
-NO_DROPOUT = (np.uint32(0), np.float32(1.0), np.uint64(0), np.uint32(0))
+NO_DROPOUT = (np.uint32(0), np.float32(1.0), np.uint64(0))  # + step (and the forward's step_used): unread
 
 
 @cache
@@ -50,7 +50,8 @@ def forward(rung: int, dtype: str, q, k, v, causal: bool, code: str = SOURCE, ti
     if smem > 48 * 1024:
         kern.max_dynamic_shared_size_bytes = smem
     kern((math.ceil(t / br), bh), (threads,), (emu.asarray(q), emu.asarray(k), emu.asarray(v), o, lse, np.int32(t),
-                                               np.float32(fl.LOG2E / math.sqrt(d)), np.int32(causal), *NO_DROPOUT),
+                                               np.float32(fl.LOG2E / math.sqrt(d)), np.int32(causal), *NO_DROPOUT,
+                                               emu.zeros((1,), np.int64), emu.zeros((1,), np.int64)),
          shared_mem=smem)
     return o.get(), lse.get()
 
@@ -70,7 +71,8 @@ def backward(dtype: str, q, k, v, o, lse, do, causal: bool, tiles: tuple | None 
         main.max_dynamic_shared_size_bytes = smem
     main((math.ceil(t / bc), bh), (threads,), (*args[:3], args[5], args[4], delta, dqacc, dk, dv, np.int32(t),
                                                np.float32(fl.LOG2E / math.sqrt(d)), np.float32(1 / math.sqrt(d)),
-                                               np.int32(causal), *NO_DROPOUT), shared_mem=smem)
+                                               np.int32(causal), *NO_DROPOUT, emu.zeros((1,), np.int64)),
+         shared_mem=smem)
     conv((math.ceil(n / 256),), (256,), (dqacc, dq, np.float32(1 / math.sqrt(d)), np.int64(n)))
     return dq.get(), dk.get(), dv.get()
 
