@@ -78,23 +78,21 @@ VALIDATION_LENGTHS = (1, 7, 65, 1000, 4097)  # the issue's sequence lengths (mul
 def fwd_config(rung: int, d: int, tiles: tuple | None = None) -> tuple:
     if rung in FWD_MMA:
         return FWD_MMA[rung]
-    w, mt, bc = (tiles or RUNG5_CANDIDATES[d][0])[:3]
+    w, mt, bc = tiles or RUNG5_CANDIDATES[d][0]
     return (w, mt, bc, "SWIZZLED", True, 3 if rung == 7 else 2, True, rung >= 6)
 
 
 def fwd_kernel(rung: int, dtype: str, d: int, tiles: tuple | None = None, dropout: bool = False) -> str:
-    """The kernel of forward rung `rung` (rungs 5-7: with `tiles` = (WARPS, MT, BC) or (WARPS, MT, BC, BN), BN
-    the keys of one online-softmax step (rungs 5 and 6; default BC), default the first candidate;
+    """The kernel of forward rung `rung` (rungs 5-7: with `tiles` = (WARPS, MT, BC), default the first;
     `dropout`: rung 5's instantiation that drops out)."""
     t = CTYPE[dtype]
     if rung == 1:
         return f"flash_fwd_1_scalar<{t}, {d}>"
     if rung in FWD_MMA:
         return f"flash_fwd_{rung}_{KERNEL_SUFFIX[rung]}<{t}, {d}>"
-    w, mt, bc, *bn = tiles or RUNG5_CANDIDATES[d][0]
+    w, mt, bc = tiles or RUNG5_CANDIDATES[d][0]
     drop = ", true" if dropout else (", false" if rung == 5 else "")
-    step = f", {bn[0]}" if bn and bn[0] != bc else ""  # keys an online-softmax step (default: the tile's)
-    return f"flash_fwd_{rung}_{KERNEL_SUFFIX[rung]}<{t}, {d}, {w}, {mt}, {bc}{drop}{step}>"
+    return f"flash_fwd_{rung}_{KERNEL_SUFFIX[rung]}<{t}, {d}, {w}, {mt}, {bc}{drop}>"
 
 
 def fwd_geometry(rung: int, d: int, tiles: tuple | None = None) -> tuple[int, int, int]:
@@ -221,8 +219,6 @@ class Flash:
             for dtype in ("bf16", "fp16"):
                 for rung in rungs:
                     for cand in cands[d] if rung in TUNED else [None]:
-                        if rung == 7 and cand is not None and len(cand) > 3:
-                            continue  # rung 7 takes whole tiles (its V wait is once a tile)
                         names.setdefault((rung, d, cand), []).append(fwd_kernel(rung, dtype, d, cand))
                 for cand in BWD_CANDIDATES[d] if backward else []:
                     names.setdefault(("bwd", d, cand), []).extend(bwd_kernels(dtype, d, cand))
