@@ -53,10 +53,9 @@ class FlashSelfAttention(Function):
     CausalSelfAttention; float32, or float64 on cpu), computed by FlashAttention in ``dtype`` (float16 or
     bfloat16), with dropout of the probabilities (p, seed, offset: an int or a counter); y in qkv's dtype, or
     ``out_dtype`` (``dtype`` itself: the product that follows under autocast would round it to that anyway).
-    The tape keeps one entry;
-    the backward is the forward's mirror: the gradient of y rounded and split into heads, flash's backward,
-    dq | dk | dv merged and widened. Every layout change moves 16-bit values (half the bytes of float32 ones):
-    7 launches forward, 9 backward."""
+    The tape keeps one entry; the backward is the forward's mirror: the gradient of y rounded and split into
+    heads, flash's backward, dq | dk | dv merged and widened. Every layout change moves 16-bit values (half the
+    bytes of float32 ones): 7 launches forward, 9 backward."""
 
     @staticmethod
     def forward(ctx: Context, qkv: Tensor, n_head: int, dtype: Any, dropout_p: float, seed: int,
