@@ -63,9 +63,11 @@ def software() -> dict[str, Any]:
     return info
 
 
-def write_results(name: str, device: str, results: list[dict[str, Any]], **extra: Any) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}-{slug(device)}.json"
+def write_results(name: str, device: str, results: list[dict[str, Any]], path: str | Path | None = None,
+                  **extra: Any) -> Path:
+    """Writes the results document to ``path`` (default ``benchmarks/results/<name>-<device slug>.json``)."""
+    path = Path(path) if path else RESULTS / f"{name}-{slug(device)}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     doc = {"benchmark": name, "device": device, "date": _dt.date.today().isoformat(),
            "software": software(), **extra, "results": results}
     path.write_text(json.dumps(doc, indent=1) + "\n")

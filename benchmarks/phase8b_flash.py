@@ -185,17 +185,23 @@ def lse_ok(got: np.ndarray, ref: np.ndarray) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------------
-def NO_DROPOUT() -> list:  # noqa: N802
-    """The dropout arguments every forward kernel and the backward take: threshold 0 keeps everything."""
+def NO_DROPOUT(forward: bool = True) -> list:  # noqa: N802
+    """The dropout arguments every forward kernel (threshold, scale, seed, step, step_used) and the backward
+    (threshold, scale, seed, step) take: threshold 0 keeps everything; the step pointers are null (only the
+    kernels instantiated with DROP read or write them)."""
     import ctypes
 
-    return [ctypes.c_uint32(0), ctypes.c_float(1.0), ctypes.c_uint64(0), ctypes.c_uint32(0)]
+    return [ctypes.c_uint32(0), ctypes.c_float(1.0), ctypes.c_uint64(0)] + [ctypes.c_uint64(0)] * (2 if forward
+                                                                                                 else 1)
 
 
 class Flash:
     """The compiled kernels and launchers for them (torch tensors on the GPU)."""
 
-    def __init__(self, rungs=RUNGS, dims=(64, 128)):
+    def __init__(self, rungs=RUNGS, dims=(64, 128), candidates: dict[int, list[tuple]] | None = None,
+                 backward: bool = True):
+        """Compiles `rungs` at head dims `dims` (rungs 5-7: every tile candidate, or `candidates[d]`) and, with
+        `backward`, the backward's candidates."""
         import cupy
         import torch
         from phase8a_hgemm import Driver
@@ -205,15 +211,16 @@ class Flash:
         props = torch.cuda.get_device_properties(0)
         arch = f"sm_{props.major}{props.minor}"
         self.driver = Driver()
-        self.tiles = {r: {d: RUNG5_CANDIDATES[d][0] for d in dims} for r in TUNED}
+        cands = candidates or RUNG5_CANDIDATES
+        self.tiles = {r: {d: cands[d][0] for d in dims} for r in TUNED}
         self.bwd_tiles = {d: BWD_CANDIDATES[d][0] for d in dims}
         names: dict[tuple, list[str]] = {}
         for d in dims:
             for dtype in ("bf16", "fp16"):
                 for rung in rungs:
-                    for cand in RUNG5_CANDIDATES[d] if rung in TUNED else [None]:
+                    for cand in cands[d] if rung in TUNED else [None]:
                         names.setdefault((rung, d, cand), []).append(fwd_kernel(rung, dtype, d, cand))
-                for cand in BWD_CANDIDATES[d]:
+                for cand in BWD_CANDIDATES[d] if backward else []:
                     names.setdefault(("bwd", d, cand), []).extend(bwd_kernels(dtype, d, cand))
         opts = ("--std=c++17", "-lineinfo", "--use_fast_math", f"--gpu-architecture={arch}") + toolkit_include_options()
         code = source()
@@ -286,7 +293,8 @@ class Flash:
         l2 = self._launch(main, (math.ceil(t / bc), bh), threads, smem,
                           [p(q), p(k), p(v), p(do), p(lse), p(delta), p(dqacc), p(dk), p(dv), ctypes.c_int(t),
                            ctypes.c_float(LOG2E / math.sqrt(d)), ctypes.c_float(1 / math.sqrt(d)),
-                           ctypes.c_int(int(causal))] + NO_DROPOUT(), (q, k, v, do, lse, delta, dqacc, dk, dv))
+                           ctypes.c_int(int(causal))] + NO_DROPOUT(forward=False),
+                          (q, k, v, do, lse, delta, dqacc, dk, dv))
         l3 = self._launch(conv, (math.ceil(n / 256), 1), 256, 0,
                           [p(dqacc), p(dq), ctypes.c_float(1 / math.sqrt(d)), ctypes.c_longlong(n)], (dqacc, dq))
 

@@ -16,6 +16,16 @@ reported apart); B·H·T² is a power of two at every T here, so the pool's powe
 of the T x T buffers. A run that does not fit is recorded as out of memory. Also the seconds of one forward +
 backward (CUDA events, median), reported, not compared: the dtypes differ.
 
+Launch plans (``minitorch.plans``) are off here: recording a plan checks it by copying every array of the call
+to the host and comparing, which at T = 8192 took most of the first step's 51 s (the materialised attention's
+2 GiB score matrices) and at T = 16384 (8 GiB each) did not finish in 4 minutes (the second H100 run); and a plan
+keeps its launcher's scratch buffers between calls, which would hide them from the peak. So every buffer a step
+allocates, scratch included, counts.
+
+A row that does not fit is recorded as out of memory, with ``needed_bytes``: what the step would need beyond
+its inputs, computed (the materialised attention keeps the scores, the probabilities and their gradient, three
+B·H·T² float32 matrices, at the peak of its backward).
+
 Writes ``benchmarks/results/phase8b_memory-<gpu>.json``. Usage (GPU): ``python benchmarks/phase8b_memory.py``;
 ``--small``: the emulator at T = 64, 128 (a check of this script; no JSON for the book).
 """
@@ -91,6 +101,15 @@ def flash(device: str, t: int, rng: np.random.Generator):
     return step, 4 * q.nbytes
 
 
+def needed_bytes(method: str, t: int) -> int:
+    """The peak beyond the inputs that a step needs, computed: the materialised attention's three B·H·T² float32
+    matrices (scores, probabilities, their gradient) at its backward; FlashAttention's O, dQ's fp32 buffer, the
+    logsumexp and Delta, and the three gradients."""
+    if method == "materialised":
+        return 3 * B * H * t * t * 4
+    return B * H * t * (D * 2 + D * 4 + 4 + 4 + 3 * D * 2)
+
+
 def measure(device: str, method: str, t: int) -> dict:
     from minitorch import allocator, backend
 
@@ -114,7 +133,7 @@ def measure(device: str, method: str, t: int) -> dict:
             from common import time_gpu
             row["seconds"] = time_gpu(step, max_seconds=0.2, flush=False, hide_host_overhead=False)
     except MemoryError as e:  # cupy's OutOfMemoryError and the emulator's are MemoryErrors
-        row.update(out_of_memory=True, error=str(e)[:300])
+        row.update(out_of_memory=True, error=str(e)[:300], needed_bytes=needed_bytes(method, t))
     allocator.release(device)
     return row
 
@@ -124,9 +143,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", action="store_true", help="the emulator at T = 64, 128: a check of the script")
     parser.add_argument("--lengths", help="the sequence lengths, comma-separated (default: 8192, 16384 first, "
                         "then 1024 .. 4096)")
+    parser.add_argument("--out", help="the JSON file (default benchmarks/results/phase8b_memory-<gpu>.json)")
     args = parser.parse_args(argv)
     os.environ["MINITORCH_WORKSPACE"] = tempfile.mkdtemp(prefix="minitorch-bench-")
     os.environ.pop("MINITORCH_PHASE", None)
+    os.environ["MINITORCH_PLANS"] = "0"  # see the module's docstring
     import minitorch
     from minitorch.kernels import write_source
 
@@ -157,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{time.perf_counter() - start:5.1f} s] T={t:6d} {method:>12}: {shown}", flush=True)
             if not args.small:  # after every row: a run cut short keeps what it measured
                 write_results("phase8b_memory", name, sorted(rows, key=lambda r: (r["t"], r["method"])),
-                              b=B, h=H, d=D)
+                              path=args.out, b=B, h=H, d=D, plans=False)
     if args.small:
         print("(--small: a check of the script, no JSON written)")
     return 0

@@ -156,9 +156,14 @@ def phase8b_memory() -> None:
     for method, rows in by_method.items():
         ok = [r for r in rows if not r.get("out_of_memory")]
         ax.plot([r["t"] for r in ok], [r["extra_bytes"] / 2 ** 30 for r in ok], **style[method])
-        for r in rows:
-            if r.get("out_of_memory"):
-                ax.annotate("out of memory", (r["t"], ax.get_ylim()[1]), color=style[method]["color"], fontsize=8)
+        oom = [r for r in rows if r.get("out_of_memory")]
+        if oom:  # what it would have needed (computed, not measured): hollow markers, labelled
+            ax.plot([r["t"] for r in oom], [r["needed_bytes"] / 2 ** 30 for r in oom], ls="none",
+                    marker=style[method]["marker"], mfc="none", color=style[method]["color"],
+                    label=f"{style[method]['label'].split(',')[0]}: out of memory (needed, computed)")
+            for r in oom:
+                ax.annotate("out of memory", (r["t"], r["needed_bytes"] / 2 ** 30), textcoords="offset points",
+                            xytext=(-7, -3), ha="right", color=style[method]["color"], fontsize=8)
     ts = sorted({r["t"] for r in ref.rows})
     ax.plot(ts, [ref.rows[0]["b"] * ref.rows[0]["h"] * t * t * 4 / 2 ** 30 for t in ts], color=GREY, ls=":",
             label="one T×T float32 matrix of every head")
@@ -177,7 +182,8 @@ def phase8b_memory() -> None:
         f = next((r for r in by_method.get("flash", []) if r["t"] == t and not r.get("out_of_memory")), None)
         m = next((r for r in by_method.get("materialised", []) if r["t"] == t), None)
         if f:
-            mat = ("not measured (the run ended first)" if m is None else "out of memory"
+            mat = ("not measured (the run ended first)" if m is None else
+                   f"out of memory (it needs {m['needed_bytes'] / 2 ** 30:.0f} GiB, computed)"
                    if m.get("out_of_memory") else f"{m['extra_bytes'] / 2 ** 30:.2f} GiB")
             pairs.append(f"T = {t}: FlashAttention {f['extra_bytes'] / 2 ** 20:.0f} MiB, the materialised "
                          f"attention {mat}")

@@ -164,34 +164,36 @@ __all__ += ["scaled_dot_product_attention"]
 
 
 def scaled_dot_product_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, dropout_p: float = 0.0,
-                                 training: bool = True, seed: int | None = None, offset: int = 0) -> Tensor:
+                                 training: bool = True, seed: int | None = None, offset: Any = 0) -> Tensor:
     """softmax(q kᵀ / √D [causal]) v on (B, H, T, D) tensors, by the learner's FlashAttention (``flash.py``,
     Phase 8b) on cuda and emu: float16 or bfloat16, D = 64 or 128 (a float32 tensor raises TypeError naming
     ``.to("bfloat16")``); NumPy in float64 on cpu. With ``training`` and ``dropout_p`` > 0, dropout inside the
     attention: each probability is dropped with probability p, the rest scaled by 1 / (1 - p), from Phase 5's
     Philox under ``seed`` (drawn from NumPy's global generator when None: ``np.random.seed`` makes it
-    repeatable) and ``offset``; the backward regenerates the same mask. A captured graph keeps the seed it
-    was captured with."""
+    repeatable) and ``offset``; the backward regenerates the same mask. ``offset``: an int, or a counter (a
+    one-element int64 array on the device, ``ops.dropout.new_counter``) that the kernels read from device
+    memory: advanced on the device (``ops.dropout.advance_``), it gives a captured graph new masks on every
+    replay, where an int (and the seed) stay as the capture had them."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         _tensor("scaled_dot_product_attention", name, t)
     p = float(dropout_p) if training else 0.0
     if seed is None:
         seed = int(np.random.randint(0, 2 ** 63, dtype=np.int64)) if p > 0 else 0
-    return autograd.ScaledDotProductAttention.apply(q, k, v, bool(causal), p, int(seed), int(offset))
+    return autograd.ScaledDotProductAttention.apply(q, k, v, bool(causal), p, int(seed), offset)
 
 
 __all__ += ["flash_self_attention"]
 
 
 def flash_self_attention(qkv: Tensor, n_head: int, dropout_p: float = 0.0, training: bool = True,
-                         seed: int | None = None, offset: int = 0, dtype: Any = None,
+                         seed: int | None = None, offset: Any = 0, dtype: Any = None,
                          keep_rounded: bool = False) -> Tensor:
     """Phase 7's ``causal_self_attention`` of qkv (B, T, 3C) float32 by the learner's FlashAttention (Phase 8b):
     y (B, T, C) float32, never the T x T scores in memory. The heads (D = C / n_head: 64 or 128) are rounded
     to ``dtype`` (float16 or bfloat16; default: the autocast dtype when an ``amp.autocast`` region is active,
     else bfloat16) and attended on the tensor cores; the output is widened back to float32. With
     ``training`` and ``dropout_p`` > 0, dropout of the attention probabilities, as
-    :func:`scaled_dot_product_attention` (its ``seed`` and ``offset``: a captured graph keeps them).
+    :func:`scaled_dot_product_attention` (its ``seed``, and ``offset``: an int or a counter in device memory).
     ``keep_rounded``: y stays in ``dtype`` instead (half the bytes; for a product under autocast, which takes it
     as it is: the same bits as rounding a float32 y); its gradient may come float32."""
     from minitorch import dtypes, ops
@@ -212,5 +214,5 @@ def flash_self_attention(qkv: Tensor, n_head: int, dropout_p: float = 0.0, train
     p = float(dropout_p) if training else 0.0
     if seed is None:
         seed = int(np.random.randint(0, 2 ** 63, dtype=np.int64)) if p > 0 else 0
-    return autograd.FlashSelfAttention.apply(qkv, int(n_head), dtype, p, int(seed), int(offset),
+    return autograd.FlashSelfAttention.apply(qkv, int(n_head), dtype, p, int(seed), offset,
                                              dtype if keep_rounded else None)

@@ -103,8 +103,8 @@ def _dropout_mask(n: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     eye = backend.asarray(_bits(np.broadcast_to(np.eye(t), (heads, t, D)), dtype))
     o = backend.asarray(np.full((heads, t, D), 0xFFFF, np.uint16).view(STORAGE[dtype]))
     lse = backend.asarray(np.zeros((heads, t), np.float32))
-    kernels.load_module("flash.py").forward(zeros, zeros, eye, o, lse, dtype, dropout_p=p, seed=seed,
-                                            offset=offset)
+    step = backend.asarray(np.array([offset], np.int64))  # the offset from device memory
+    kernels.load_module("flash.py").forward(zeros, zeros, eye, o, lse, dtype, dropout_p=p, seed=seed, step=step)
     h, i, j4 = np.meshgrid(np.arange(heads), np.arange(t), np.arange(t // 4), indexing="ij")
     counters = np.stack([j4.ravel(), i.ravel(), h.ravel(), np.full(h.size, offset)], 1).astype(np.uint32)
     words = philox.philox4x32(counters, (seed & 0xFFFFFFFF, seed >> 32)).reshape(heads, t, t)

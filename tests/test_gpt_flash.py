@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import minitorch
-from minitorch import functional, nn
+from minitorch import backend, functional, nn
 from tests.phase3_support import PHASE3_NOTEBOOKS, write_solutions
 
 NOTEBOOKS = PHASE3_NOTEBOOKS + ("phase5_fast.ipynb", "phase6_cnn.ipynb", "phase7_gpt.ipynb",
@@ -103,6 +103,55 @@ def test_flash_attention_dropout_is_repeatable_and_its_backward_regenerates_the_
     assert relative(dx_dev, dx_cpu) < 2e-2
 
 
+def test_a_captured_step_draws_the_masks_of_its_device_counter_on_every_replay(device):
+    """The offset in device memory, a counter advanced on the device (as nn.MultiHeadAttention's): a forward +
+    backward captured into a graph and replayed twice draws the masks of offsets k + 1 and k + 3, each
+    minitorch.philox's bit for bit, and each replay's backward regenerates that replay's mask, although the
+    counter moves on between its forward and its backward (as a second forward of the layer would). Q = K = 0 makes
+    every probability of a row 1/T; V the identity (T = D) makes O the kept probabilities themselves, and dO the
+    identity makes dV their transpose: which elements were dropped is read back exactly from both passes."""
+    from minitorch import graph
+    from minitorch.ops import dropout as dropout_ops
+    from minitorch.ops.flash import dropout_keep
+
+    heads, t, p, seed, k = 2, 64, 0.3, 0x5EED_0F_F1A5, 40
+    eye = np.broadcast_to(np.eye(t, dtype=np.float32), (1, heads, t, t))
+    q = minitorch.tensor(np.zeros((1, heads, t, t), np.float32), device=device).to("bfloat16")
+    v = minitorch.tensor(eye, device=device).to("bfloat16").requires_grad_(True)
+    grad = minitorch.tensor(eye, device=device).to("bfloat16")
+    counter = dropout_ops.new_counter(device)
+    counter.set(np.array([k], np.int64))
+
+    def step():
+        dropout_ops.advance_(device, counter)
+        o = functional.scaled_dot_product_attention(q, q, v, dropout_p=p, seed=seed, offset=counter)
+        dropout_ops.advance_(device, counter)  # the backward must use the forward's offset, not the counter's
+        o.backward(grad)
+        return o
+
+    captured = graph.capture(step)
+    masks = []
+    for offset in (k + 1, k + 3):
+        captured.replay()
+        want = dropout_keep(heads, t, p, seed, offset) > 0
+        forward = captured.output.numpy()[0] != 0
+        backward = np.swapaxes(v.grad.numpy()[0], -1, -2) != 0
+        assert (forward == want).all(), f"offset {offset}: {int((forward != want).sum())} decisions differ"
+        assert (backward == forward).all(), f"offset {offset}: the backward's mask is not the forward's"
+        masks.append(forward)
+    assert (masks[0] != masks[1]).mean() > 0.2                    # a new mask on every replay
+    assert int(np.asarray(backend.get_backend(device).asnumpy(counter))[0]) == k + 4
+
+
+def test_an_int_offset_cannot_be_captured_and_says_what_to_pass(solutions):
+    from minitorch import graph
+
+    x = minitorch.tensor(np.zeros((1, 1, 5, 64), np.float32), device="emu").to("bfloat16")
+    with pytest.raises(RuntimeError, match="pass a counter made before the capture"):
+        graph.capture(lambda: functional.scaled_dot_product_attention(x, x, x, dropout_p=0.2, seed=1, offset=3),
+                      device="emu")
+
+
 def test_a_flash_gpt_with_dropout_draws_new_masks_each_step_and_none_in_eval(solutions):
     config = {**CONFIG, "dropout": 0.2, "attention": "flash"}
     a, b = nn.GPT(**config, device="emu"), nn.GPT(**config, device="emu")
@@ -111,10 +160,10 @@ def test_a_flash_gpt_with_dropout_draws_new_masks_each_step_and_none_in_eval(sol
     np.testing.assert_array_equal(first, b(x).numpy())            # one seed: the same masks
     assert relative(a(x).numpy(), first) > 1e-2                   # the next forward: new masks
     attn = a.blocks[0].attn
-    assert attn.dropout == 0.2 and attn._dropout_calls == 2
+    assert attn.dropout == 0.2 and attn.dropout_steps == 2
     a.eval()
     np.testing.assert_array_equal(a(x).numpy(), a(x).numpy())
-    assert attn._dropout_calls == 2                               # eval draws nothing
+    assert attn.dropout_steps == 2                                # eval draws nothing
     prompt = np.asarray(x.numpy())[:, :4]
     cached, plain = (a.generate(prompt, 3, temperature=0, use_cache=c).numpy() for c in (True, False))
     assert cached.shape == (BATCH, 7) and np.array_equal(cached[:, :4], prompt)

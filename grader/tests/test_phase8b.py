@@ -12,7 +12,10 @@ u |ref|, u the 16-bit unit roundoff (2^-8 bf16, 2^-11 fp16), mag the same produc
 
 Dropout's mask is an independent NumPy evaluation of Phase 5's Philox (`minitorch.philox`): score (query i,
 key j) of head h is kept iff word j % 4 of the block for counter (j / 4, i, h, offset) under key (seed_lo,
-seed_hi) is >= floor(p 2^32). The mask is read back from the kernel exactly (Q = K = 0, V the identity).
+seed_hi) is >= floor(p 2^32). The mask is read back from the kernel exactly (Q = K = 0, V the identity). The
+offset comes from device memory (`step`, a one-element int64 array: a model advances it on the device, so a
+captured step draws new masks on every replay), at offsets other than 0; the forward must record it in
+`step_used`, and the backward, given that record, must regenerate the forward's mask.
 
 Performance (GPU only): the best forward and the backward as ratios to PyTorch's FlashAttention-2 backend
 (`sdpa_kernel(SDPBackend.FLASH_ATTENTION)`) on the same tensors, in the same run.
@@ -150,28 +153,46 @@ def inputs(t: int, d: int, dtype: str, *salt: object, n: int = 3) -> list[np.nda
     return [to_16bit_host(r.standard_normal((HEADS if t <= 1000 else 1, t, d)), dtype) for _ in range(n)]
 
 
-def run_forward(variant: str, q16, k16, v16, dtype: str, causal: bool, dropout_p: float = 0.0, seed: int = 0):
-    """forward() into poisoned outputs: (o, lse) as host arrays; the rung's kernel must run."""
+def step_array(value: int) -> Any:
+    """A one-element int64 device array: dropout's step (the Philox offset) as a model keeps it."""
+    return backend.asarray(np.array([value], np.int64))
+
+
+def run_forward(variant: str, q16, k16, v16, dtype: str, causal: bool, dropout_p: float = 0.0, seed: int = 0,
+                offset: int | None = None, steps: list | None = None):
+    """forward() into poisoned outputs: (o, lse) as host arrays; the rung's kernel must run. With `offset`, the
+    offset in device memory (step = [offset]); step_used must then hold it, and is appended to `steps`."""
     fl = flash_module()
     q, k, v = (backend.asarray(x) for x in (q16, k16, v16))
     o = checks.poison(q16.shape, STORAGE[dtype])
     lse = checks.poison(q16.shape[:2])
     what = f"forward(variant={variant!r}, {dtype}, T={q16.shape[1]}, D={q16.shape[2]}, causal={causal}" + (
-        f", dropout_p={dropout_p})" if dropout_p else ")")
+        f", dropout_p={dropout_p}" + (f", step=[{offset}]" if offset is not None else "") + ")" if dropout_p
+        else ")")
+    counters = {} if offset is None else {"step": step_array(offset), "step_used": step_array(-1)}
     checks.reset_launches()
     launch_checked(what, partial(fl.forward, q, k, v, o, lse, dtype, causal=causal, variant=variant,
-                                 dropout_p=dropout_p, seed=seed))
+                                 dropout_p=dropout_p, seed=seed, **counters))
     kernel = RUNGS["tuned" if variant == "best" else variant]
     if not any(n for (file, function), n in kernels.launch_counts().items()
                if file == "flash.cu" and function.split("<")[0] == kernel):
         raise GradeError(f"{what}: no launch of `{kernel}` from flash.cu was recorded")
+    if counters:
+        used = int(checks.to_host(counters["step_used"])[0])
+        if used != offset:
+            raise GradeError(f"{what}: step_used[0] = {used}, expected {offset}: the forward records the step it "
+                             f"read (step[0]) in step_used[0], which the backward is given to regenerate the "
+                             f"same mask")
+        if steps is not None:
+            steps.append(counters["step_used"])
     return checks.to_host(o), checks.to_host(lse), what
 
 
 def check_forward(variant: str, t: int, d: int, dtype: str, causal: bool, dropout_p: float = 0.0) -> None:
     q16, k16, v16 = inputs(t, d, dtype, variant, causal, dropout_p)
-    o, lse, what = run_forward(variant, q16, k16, v16, dtype, causal, dropout_p, seed=t + d)
-    keep = dropout_keep(q16.shape[0], t, dropout_p, t + d) if dropout_p else None
+    offset = 3 * t + 1 if dropout_p else None  # from device memory, never 0
+    o, lse, what = run_forward(variant, q16, k16, v16, dtype, causal, dropout_p, seed=t + d, offset=offset)
+    keep = dropout_keep(q16.shape[0], t, dropout_p, t + d, offset) if dropout_p else None
     ref = reference(*(widen(x, dtype) for x in (q16, k16, v16)), causal, keep=keep)
     assert_within_bound(o, ref["o"], ref["o_mag"], dtype, what + ": O", causal)
     bad = ~(np.abs(lse - ref["lse"]) <= LSE_TOL * (1 + np.abs(ref["lse"])))
@@ -184,18 +205,21 @@ def check_forward(variant: str, t: int, d: int, dtype: str, causal: bool, dropou
 def check_backward(t: int, d: int, dtype: str, causal: bool, dropout_p: float = 0.0) -> None:
     fl = flash_module()
     q16, k16, v16, do16 = inputs(t, d, dtype, "backward", causal, dropout_p, n=4)
-    seed = 1000 + t
-    o16, lse, _ = run_forward("best", q16, k16, v16, dtype, causal, dropout_p, seed)
+    seed, offset = 1000 + t, (7 * t + 2 if dropout_p else None)
+    used: list = []
+    o16, lse, _ = run_forward("best", q16, k16, v16, dtype, causal, dropout_p, seed, offset, used)
     q, k, v, do, o = (backend.asarray(x) for x in (q16, k16, v16, do16, o16))
     grads = [checks.poison(q16.shape, STORAGE[dtype]) for _ in range(3)]
-    what = f"backward({dtype}, T={t}, D={d}, causal={causal}" + (f", dropout_p={dropout_p})" if dropout_p else ")")
+    what = f"backward({dtype}, T={t}, D={d}, causal={causal}" + (
+        f", dropout_p={dropout_p}, step=the forward's step_used [{offset}])" if dropout_p else ")")
+    counters = {"step": used[0]} if used else {}
     checks.reset_launches()
     launch_checked(what, partial(fl.backward, q, k, v, o, backend.asarray(lse), do, *grads, dtype, causal=causal,
-                                 dropout_p=dropout_p, seed=seed))
+                                 dropout_p=dropout_p, seed=seed, **counters))
     if not any(n for (file, function), n in kernels.launch_counts().items()
                if file == "flash.cu" and function.startswith("flash_bwd_mma")):
         raise GradeError(f"{what}: no launch of `flash_bwd_mma` from flash.cu was recorded")
-    keep = dropout_keep(q16.shape[0], t, dropout_p, seed) if dropout_p else None
+    keep = dropout_keep(q16.shape[0], t, dropout_p, seed, offset) if dropout_p else None
     ref = reference(*(widen(x, dtype) for x in (q16, k16, v16)), causal, widen(do16, dtype), keep)
     for name, got in zip(("dq", "dk", "dv"), grads, strict=True):
         try:
@@ -207,7 +231,8 @@ def check_backward(t: int, d: int, dtype: str, causal: bool, dropout_p: float = 
                     "dv": "dV = (P o Z)^T dO: P from the logsumexp, Z the forward's dropout mask",
                     "dk": "dK = dS^T Q scale, dS = P o (Z o dP - Delta)"}[name]
             if dropout_p:
-                hint += "; with dropout: the mask must be the forward's, element for element (same Philox counter)"
+                hint += ("; with dropout: the mask must be the forward's, element for element (same Philox counter: "
+                         "the offset the backward reads from its `step`, the forward's step_used)")
             raise GradeError(f"{e}\n  what to check: {hint}") from None
 
 
@@ -244,7 +269,8 @@ def test_long_sequences():
 
 @pytest.mark.kernel("flash.cu", "flash_fwd_5_tuned")
 @pytest.mark.hint("dropout: l sums every probability; P.V sees the kept ones times 1/(1-p); kept iff word key % 4 "
-                  "of Philox block (key / 4, query, head, offset) under (seed_lo, seed_hi) is >= floor(p 2^32)")
+                  "of Philox block (key / 4, query, head, offset) under (seed_lo, seed_hi) is >= floor(p 2^32); "
+                  "offset = step[0], read from device memory, and recorded in step_used[0]")
 def test_forward_with_dropout():
     for dtype in FORMATS:
         for t, causal in ((7, False), (65, True)) + (((1000, True),) if ON_GPU else ()):
@@ -260,11 +286,13 @@ def test_dropout_mask_bit_for_bit(d):
     """Q = K = 0 makes every probability of a row equal; V the identity (T = D) makes O the scaled mask itself:
     which elements the kernel dropped is read back exactly and compared with minitorch.philox's words."""
     t = d
-    heads, p, seed, offset = 2, 0.3, 0x1234_5678_9ABC_DEF0 + d, 0
+    heads, p, seed = 2, 0.3, 0x1234_5678_9ABC_DEF0 + d
     zeros = to_16bit_host(np.zeros((heads, t, d)), "bfloat16")
     eye = to_16bit_host(np.broadcast_to(np.eye(t, d), (heads, t, d)), "bfloat16")
-    for causal in (False, True):
-        o, _, what = run_forward("best", zeros, zeros, eye, "bfloat16", causal, p, seed)
+    # no step (offset 0); then the offset from device memory, as a model's counter gives it (mod 2^32)
+    for causal, offset, step in ((False, 0, None), (True, 0, None), (False, 2**32 + 6, 2**32 + 6)):
+        o, _, what = run_forward("best", zeros, zeros, eye, "bfloat16", causal, p, seed, step)
+        offset %= 2**32
         kept = widen(o, "bfloat16") != 0
         want = dropout_keep(heads, t, p, seed, offset) > 0
         if causal:

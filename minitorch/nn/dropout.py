@@ -19,7 +19,40 @@ from minitorch.nn.module import Module
 from minitorch.ops import dropout as dropout_ops
 from minitorch.tensor import Tensor, _check_device
 
-__all__ = ["Dropout"]
+__all__ = ["Dropout", "StepCounter"]
+
+
+class StepCounter:
+    """A one-element int64 step counter in device memory (``array``), advanced on the device: a layer that
+    draws dropout masks advances it once per training forward pass and passes it to the kernels, which read it
+    there, so a training step captured into a graph draws new masks on every replay. It follows its layer to
+    another device with its count."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.array: Any = dropout_ops.new_counter(device)
+
+    @property
+    def count(self) -> int:
+        """The steps counted (read from the device: a synchronisation)."""
+        return int(np.asarray(backend.get_backend(self.device).asnumpy(self.array))[0])
+
+    def on(self, device: str) -> Any:
+        """The counter's array on ``device`` (moved there with its count if the layer moved)."""
+        if device != self.device:
+            count = self.count
+            self.device, self.array = device, dropout_ops.new_counter(device)
+            if device == "cpu":
+                self.array[0] = count
+            else:
+                self.array.set(np.array([count], np.int64))
+        return self.array
+
+    def advance(self, device: str) -> Any:
+        """count += 1 on ``device`` (one launch); the array, for the kernels of this step."""
+        array = self.on(device)
+        dropout_ops.advance_(device, array)
+        return array
 
 
 class Dropout(Module):
@@ -32,34 +65,20 @@ class Dropout(Module):
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
             raise ValueError(f"Dropout: seed must be an integer in [0, 2**64), got {seed!r}")
         self.p, self.seed = float(p), int(seed)
-        self._device = _check_device(device)
-        self._step: Any = dropout_ops.new_counter(self._device) if self.p else None
+        self._step = StepCounter(_check_device(device)) if self.p else None
 
     @property
     def steps(self) -> int:
         """How many training forward passes drew a mask (read from the device: a synchronisation)."""
-        if self._step is None:
-            return 0
-        return int(np.asarray(backend.get_backend(self._device).asnumpy(self._step))[0])
-
-    def _counter_on(self, device: str) -> Any:
-        if device != self._device:  # the model moved: the counter follows it, with its count
-            count = self.steps
-            self._device, self._step = device, dropout_ops.new_counter(device)
-            if device == "cpu":
-                self._step[0] = count
-            else:
-                self._step.set(np.array([count], np.int64))
-        return self._step
+        return 0 if self._step is None else self._step.count
 
     def forward(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor):
             raise TypeError(f"Dropout expects a minitorch Tensor, got {type(x).__name__}")
         if not self.training or self.p == 0:
             return x
-        step = self._counter_on(x.device)
-        dropout_ops.advance_(x.device, step)
-        return autograd.Dropout.apply(x, self.p, self.seed, 0, step)
+        assert self._step is not None  # p > 0
+        return autograd.Dropout.apply(x, self.p, self.seed, 0, self._step.advance(x.device))
 
     def extra_repr(self) -> str:
         return f"p={self.p:g}"

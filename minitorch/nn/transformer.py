@@ -21,7 +21,7 @@ import numpy as np
 
 from minitorch import backend, functional, ops
 from minitorch.autograd import Context, Function, no_grad
-from minitorch.nn.dropout import Dropout
+from minitorch.nn.dropout import Dropout, StepCounter
 from minitorch.nn.kv_cache import KVCacheDecoder
 from minitorch.nn.linear import Linear
 from minitorch.nn.module import Module, ModuleList, _assign
@@ -120,8 +120,8 @@ class MultiHeadAttention(Module):
     or 128, in the autocast dtype, or bfloat16 when no ``amp.autocast`` region is active; never the T x T
     matrix). ``dropout`` (flash only): while training, each attention probability is dropped with this
     probability, as nanoGPT's ``attn_dropout``, by Philox inside the kernels from this layer's seed and an
-    offset that each training forward advances on the host (a step captured into a graph keeps the offset it
-    was captured with: its replays draw the same attention masks).
+    offset that the kernels read from device memory, a counter that each training forward advances on the
+    device (as ``Dropout``'s step): a step captured into a graph draws new attention masks on every replay.
     """
 
     def __init__(self, d_model: int, n_head: int, *, device: str | None = None, dtype: DTypeLike = None,
@@ -142,7 +142,8 @@ class MultiHeadAttention(Module):
         self.c_attn = Linear(d_model, 3 * d_model, device=device, dtype=dtype, seed=int(seeds[0]))
         self.c_proj = Linear(d_model, d_model, device=device, dtype=dtype, seed=int(seeds[1]))
         self.dropout_seed = int(rng.integers(0, 2**62))  # drawn after the weights' seeds: those stay as they were
-        self._dropout_calls = 0  # training forwards that drew a mask: the Philox offset of the next one
+        # training forwards that drew masks: the Philox offset of the latest (in device memory)
+        self._dropout_step = StepCounter(self.c_attn.weight.device) if self.dropout else None
 
     def forward(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != self.d_model:
@@ -153,13 +154,16 @@ class MultiHeadAttention(Module):
         if self.attention == "materialised":
             return self.c_proj(functional.causal_self_attention(qkv, self.n_head))
         p = self.dropout if self.training else 0.0
-        offset = 0
-        if p:
-            offset, self._dropout_calls = self._dropout_calls % 2**32, self._dropout_calls + 1
+        offset = self._dropout_step.advance(x.device) if p and self._dropout_step is not None else 0
         # under autocast the output stays rounded: c_proj's product takes it as it is (one conversion less)
         return self.c_proj(functional.flash_self_attention(qkv, self.n_head, p, seed=self.dropout_seed,
                                                            offset=offset,
                                                            keep_rounded=ops.autocast_dtype() is not None))
+
+    @property
+    def dropout_steps(self) -> int:
+        """How many training forwards drew attention masks (read from the device: a synchronisation)."""
+        return 0 if self._dropout_step is None else self._dropout_step.count
 
     def extra_repr(self) -> str:
         flash = f", attention='flash', dropout={self.dropout:g}" if self.attention == "flash" else ""

@@ -26,7 +26,7 @@ SOURCE = fl.source()
 RNG = np.random.default_rng(25)
 LENGTHS = (1, 7, 65)
 BH = 2  # two heads: a wrong head offset shows
-NO_DROPOUT = (np.uint32(0), np.float32(1.0), np.uint64(0), np.uint32(0))
+NO_DROPOUT = (np.uint32(0), np.float32(1.0), np.uint64(0))  # + step (and the forward's step_used): unread
 
 
 @cache
@@ -39,17 +39,18 @@ def rand_inputs(t: int, d: int, dtype: str, n: int = 4) -> list[np.ndarray]:
     return [fl.to_bits(RNG.standard_normal((BH, t, d)), dtype) for _ in range(n)]
 
 
-def forward(rung: int, dtype: str, q, k, v, causal: bool, code: str = SOURCE):
+def forward(rung: int, dtype: str, q, k, v, causal: bool, code: str = SOURCE, tiles: tuple | None = None):
     bh, t, d = q.shape
-    name = fl.fwd_kernel(rung, dtype, d)
+    name = fl.fwd_kernel(rung, dtype, d, tiles)
     kern = module((name,), code).get_function(name)
-    br, threads, smem = fl.fwd_geometry(rung, d)
+    br, threads, smem = fl.fwd_geometry(rung, d, tiles)
     o = emu.asarray(np.full(q.shape, 0x7FFF, np.uint16))  # NaN: every element must be written
     lse = emu.asarray(np.full((bh, t), np.nan, np.float32))
     if smem > 48 * 1024:
         kern.max_dynamic_shared_size_bytes = smem
     kern((math.ceil(t / br), bh), (threads,), (emu.asarray(q), emu.asarray(k), emu.asarray(v), o, lse, np.int32(t),
-                                               np.float32(fl.LOG2E / math.sqrt(d)), np.int32(causal), *NO_DROPOUT),
+                                               np.float32(fl.LOG2E / math.sqrt(d)), np.int32(causal), *NO_DROPOUT,
+                                               emu.zeros((1,), np.int64), emu.zeros((1,), np.int64)),
          shared_mem=smem)
     return o.get(), lse.get()
 
@@ -69,14 +70,16 @@ def backward(dtype: str, q, k, v, o, lse, do, causal: bool, tiles: tuple | None 
         main.max_dynamic_shared_size_bytes = smem
     main((math.ceil(t / bc), bh), (threads,), (*args[:3], args[5], args[4], delta, dqacc, dk, dv, np.int32(t),
                                                np.float32(fl.LOG2E / math.sqrt(d)), np.float32(1 / math.sqrt(d)),
-                                               np.int32(causal), *NO_DROPOUT), shared_mem=smem)
+                                               np.int32(causal), *NO_DROPOUT, emu.zeros((1,), np.int64)),
+         shared_mem=smem)
     conv((math.ceil(n / 256),), (256,), (dqacc, dq, np.float32(1 / math.sqrt(d)), np.int64(n)))
     return dq.get(), dk.get(), dv.get()
 
 
-def check_forward(rung: int, dtype: str, t: int, d: int, causal: bool, code: str = SOURCE) -> tuple[bool, str]:
+def check_forward(rung: int, dtype: str, t: int, d: int, causal: bool, code: str = SOURCE,
+                  tiles: tuple | None = None) -> tuple[bool, str]:
     q, k, v = rand_inputs(t, d, dtype, 3)
-    o, lse = forward(rung, dtype, q, k, v, causal, code)
+    o, lse = forward(rung, dtype, q, k, v, causal, code, tiles)
     ref = fl.reference(*(fl.from_bits(x, dtype) for x in (q, k, v)), causal)
     ok, units = fl.within_bound(fl.from_bits(o, dtype), ref["o"], ref["o_mag"], dtype)
     ok_lse = fl.lse_ok(lse, ref["lse"])

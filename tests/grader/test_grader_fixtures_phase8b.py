@@ -40,6 +40,8 @@ DQ_ADD = ("                        atomic_add2(dq + (size_t)row * D + d0 + j * 8
 DQ_STORED = ("                        { float* p_ = dq + (size_t)row * D + d0 + j * 8 + 2 * qd;\n"
              "                          p_[0] = acc[j][2 * r]; p_[1] = acc[j][2 * r + 1]; }\n")
 LAUNCH = "    _launch(name, (math.ceil(t / br), bh), (threads,),\n"
+# the backward's launcher hands its kernel a fresh step (offset 0), not the forward's record it was given
+BWD_STEP = "    drop = dropout_args(dropout_p, seed) + step_arrays(step, None, dropout_p > 0)[:1]\n"
 # flash.py hands the attention to PyTorch's scaled_dot_product_attention (on a GPU the tempting shortcut is the
 # very kernel it is measured against); never reached here (no PyTorch on the emulator's machine), rejected by name
 TORCH_SHORTCUT = (
@@ -110,6 +112,23 @@ def test_known_bad_softmax_backward_and_launcher_are_rejected(tmp_path):
     assert failed(bwd_drop) and "the mask must be the forward's" in bwd_drop["reason"], bwd_drop
     [own] = results(report, "test_results_come_from_your_kernels")
     assert failed(own) and "flash.py imports torch" in own["reason"], own
+
+
+@needs_emu
+@pytest.mark.slow
+def test_backward_with_another_offset_than_the_forward_is_rejected(tmp_path):
+    """flash.py's backward ignores the step it is given (the forward's step_used) and regenerates the mask at
+    offset 0: the forward's masks are right bit for bit, the backward with dropout fails (the grader's offsets come
+    from device memory and are never 0), and the report says the mask must be the forward's."""
+    files = solution_sources()
+    files["flash.py"] = replace_once(files["flash.py"], BWD_STEP, BWD_STEP.replace("step_arrays(step,",
+                                                                                   "step_arrays(None,"))
+    report = grade(tmp_path, files, "-k", "test_backward_with_dropout or (test_dropout_mask_bit_for_bit and 64)")
+    [mask] = results(report, "test_dropout_mask_bit_for_bit")
+    assert mask["result"] == "PASS", mask
+    [bwd_drop] = results(report, "test_backward_with_dropout")
+    assert failed(bwd_drop) and "the mask must be the forward's" in bwd_drop["reason"], bwd_drop
+    assert "the forward's step_used" in bwd_drop["reason"], bwd_drop
 
 
 @needs_emu
