@@ -75,12 +75,12 @@ SEED = 0
 # "phase7", and reached 1.528, PyTorch from the same weights 1.521: see the JSON's config.init)
 RECIPE = dict(model=dict(d_model=384, n_head=6, n_layer=6, block_size=256), init="gpt2", dropout=0.2,
               tie_weights=True, batch_size=64, max_lr=1e-3, min_lr=1e-4, warmup=100, total=5000, steps=2000, betas=(0.9, 0.99),
-              weight_decay=0.1, clip=1.0, eval_every=250, eval_windows=gpt.EVAL_WINDOWS, recapture_every=125,
+              weight_decay=0.1, clip=1.0, eval_every=250, eval_windows=gpt.EVAL_WINDOWS,
               sample_at=(0, 500, 1000, 2000), sample_chars=500, temperature=1.0,
               map_layers=(0, 5), map_heads=(0, 1, 2), map_chars=48)
 # the emulator's check of the script: D = 64 (flash's smallest head dim) over 2 heads, one layer, a few steps
 SMOKE = dict(RECIPE, model=dict(d_model=128, n_head=2, n_layer=1, block_size=16), batch_size=2, warmup=2, total=12,
-             steps=4, eval_every=2, eval_windows=4, recapture_every=2, sample_at=(0, 4), sample_chars=12, map_layers=(0,),
+             steps=4, eval_every=2, eval_windows=4, sample_at=(0, 4), sample_chars=12, map_layers=(0,),
              map_heads=(0,), map_chars=10)
 PROMPT = "\n"
 MAP_TEXT = "ROMEO:\nBut, soft! what light through yonder window breaks?"
@@ -272,14 +272,6 @@ def train_minitorch(cfg: dict, model, tokenizer, train_ids, val_ids, vocab: int)
             aside += time.perf_counter() - began
         if i == cfg["steps"]:
             break
-        if i and i % cfg["recapture_every"] == 0:
-            # FlashAttention's dropout takes its Philox seed and offset as launch arguments, which a graph keeps:
-            # every replay of one capture drops the same attention probabilities (per batch slot and head; the
-            # windows in the slots change). A new capture takes the next offset: new masks every recapture_every
-            # steps (counted in the training time). The residual dropout counts its steps on the device: new
-            # masks every replay.
-            del captured
-            captured = graph.capture(step)
         x, y = windows.sample()
         xb.copy_from(x)
         yb.copy_from(y)
