@@ -52,14 +52,21 @@ class Dropout(Module):
                 self._step.set(np.array([count], np.int64))
         return self._step
 
+    def next_step(self, device: str) -> Any:
+        """Advance the step counter on ``device`` (a launch; on the host for cpu) and return it: the counter
+        a mask of this layer's next draw reads (the materialised attention's ``attn_dropout`` draws with it)."""
+        if self.p == 0:
+            raise ValueError("Dropout.next_step: a Dropout with p = 0 draws no mask")
+        step = self._counter_on(device)
+        dropout_ops.advance_(device, step)
+        return step
+
     def forward(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor):
             raise TypeError(f"Dropout expects a minitorch Tensor, got {type(x).__name__}")
         if not self.training or self.p == 0:
             return x
-        step = self._counter_on(x.device)
-        dropout_ops.advance_(x.device, step)
-        return autograd.Dropout.apply(x, self.p, self.seed, 0, step)
+        return autograd.Dropout.apply(x, self.p, self.seed, 0, self.next_step(x.device))
 
     def extra_repr(self) -> str:
         return f"p={self.p:g}"
