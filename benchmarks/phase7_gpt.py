@@ -60,11 +60,13 @@ REDUCED = dict(model=dict(d_model=32, n_head=2, n_layer=1, block_size=16),
 WEIGHT_DECAY, CLIP, SEED, EVAL_WINDOWS, SAMPLE_CHARS = 0.1, 1.0, 0, 256, 200
 # nanoGPT's recipe, as the lab trains it: AdamW decaying only the Linear matrices, the rate warmed up over the first
 # tenth of the steps and decayed along a cosine to a tenth of its peak, the head tied to the token table and dropout
-# RECIPE_DROPOUT (the lab's TIE and DROPOUT). The curve runs untied and without dropout (TIE, DROPOUT): both
+# RECIPE_DROPOUT (REDUCED_DROPOUT in the emulator's reduced configuration: its 300 steps of 16 x 16 tokens have
+# little to regularise, and p = 0.1 cost it 0.03 to 0.10 nats over four seeds on the cpu device; the lab's TIE and
+# DROPOUT). The curve runs untied and without dropout (TIE, DROPOUT): both
 # frameworks then follow one deterministic trajectory, checked below (their dropout masks differ). The step is also
 # timed with the head tied and dropout TIMED_DROPOUT, both frameworks tying and dropping alike (the step_dropout row).
 TIE, DROPOUT, TIMED_DROPOUT = False, 0.0, 0.1
-RECIPE_TIE, RECIPE_DROPOUT = True, 0.1
+RECIPE_TIE, RECIPE_DROPOUT, REDUCED_DROPOUT = True, 0.1, 0.05
 
 
 def schedule_of(train_cfg: dict):
@@ -745,20 +747,20 @@ def train_reduced(setup: dict, runs: list[tuple[int, bool, float]]) -> list[dict
 
 def calibrate(seeds: list[int]) -> int:
     """The lab's reduced configuration (the emulator's) trained as the lab trains it (head tied, dropout
-    RECIPE_DROPOUT), from several seeds (the initial weights and the batches), each scored on the grader's 256
+    REDUCED_DROPOUT), from several seeds (the initial weights and the batches), each scored on the grader's 256
     validation windows: the data behind ``phase7.shakespeare_val_loss_reduced`` in grader/thresholds.toml; the
-    first seed also untied without dropout (the lab's recipe before) and tied without dropout. Writes
-    ``phase7_gpt_reduced-<device>.json``."""
+    first seed also untied without dropout (the lab's recipe before) and tied with the full configuration's
+    dropout RECIPE_DROPOUT. Writes ``phase7_gpt_reduced-<device>.json``."""
     import minitorch
 
-    runs = ([(seed, RECIPE_TIE, RECIPE_DROPOUT) for seed in seeds]
-            + [(seeds[0], False, 0.0), (seeds[0], RECIPE_TIE, 0.0)])
+    runs = ([(seed, RECIPE_TIE, REDUCED_DROPOUT) for seed in seeds]
+            + [(seeds[0], False, 0.0), (seeds[0], RECIPE_TIE, RECIPE_DROPOUT)])
     rows = [dict(row, kind="reduced" if i < len(seeds) else "reduced_variant")
             for i, row in enumerate(train_reduced(REDUCED, runs))]
     device = minitorch.get_device()
     write_results("phase7_gpt_reduced", emulator_name() if device == "emu" else gpu_name(), rows,
                   config=REDUCED, weight_decay=WEIGHT_DECAY, clip=CLIP, eval_windows=EVAL_WINDOWS,
-                  tie_weights=RECIPE_TIE, dropout=RECIPE_DROPOUT, schedule=dataclasses.asdict(schedule_of(REDUCED["train"])))
+                  tie_weights=RECIPE_TIE, dropout=REDUCED_DROPOUT, schedule=dataclasses.asdict(schedule_of(REDUCED["train"])))
     return 0
 
 
@@ -798,13 +800,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.flat_steps is not None:
         seeds = [int(seed) for seed in args.flat_steps.split(",") if seed]
         setup = FULL if device == "cuda" else SMALL  # the emulator: a check of the script, in a temporary file
-        rows = flat_step_rows(device, setup) + recipe_rows(setup, seeds)
+        rows = flat_step_rows(device, setup)
+        for part in ([], *([seed] for seed in seeds)):  # the file rewritten after each part: a run cut short keeps some
+            rows += recipe_rows(setup, part)
+            if device != "cuda":
+                continue
+            write_results("phase7_gpt_flat", gpu_name(), rows, config={**FULL["model"], **FULL["train"]},
+                          weight_decay=WEIGHT_DECAY, clip=CLIP,
+                          recipe={"tie_weights": RECIPE_TIE, "dropout": RECIPE_DROPOUT},
+                          schedule=dataclasses.asdict(schedule_of(FULL["train"])))
         if device != "cuda":
             print(json.dumps(rows, indent=1))
-            return 0
-        write_results("phase7_gpt_flat", gpu_name(), rows, config={**FULL["model"], **FULL["train"]},
-                      weight_decay=WEIGHT_DECAY, clip=CLIP, recipe={"tie_weights": RECIPE_TIE, "dropout": RECIPE_DROPOUT},
-                      schedule=dataclasses.asdict(schedule_of(FULL["train"])))
         return 0
     name = gpu_name() if device == "cuda" else emulator_name()
     print(f"device: {name}", flush=True)
