@@ -23,7 +23,7 @@ from minitorch import backend, ops
 from minitorch.ops.dispatch import launch
 from minitorch.tensor import Tensor
 
-__all__ = ["SGD", "Adam", "AdamW", "WarmupCosine", "clip_grad_norm_"]
+__all__ = ["SGD", "Adam", "AdamW", "FlatParameters", "WarmupCosine", "clip_grad_norm_"]
 
 
 class SGD:
@@ -218,6 +218,9 @@ class Adam:
 
     @params.setter
     def params(self, params: list[Tensor]) -> None:  # one group, with the optimizer's weight_decay
+        if getattr(self, "flat", None) is not None:
+            raise ValueError(f"{type(self).__name__}(flat=True): its parameters live in its flat buffer and cannot be "
+                             f"replaced; make a new optimizer")
         self.param_groups = [{"params": list(params), "weight_decay": self.weight_decay}]
 
     @property
