@@ -373,6 +373,9 @@ class Tensor:
         elif self.size:
             from minitorch.ops import on_device
 
+            target = backend.get_backend(self._device)
+            if target.pending_branches:  # src written on a side branch of the graph being captured (a weight's
+                target.wait_for((src._data, self._data))  # gradient, copied into a flat buffer): wait for it
             with on_device(self._device):
                 kernels.load_module("memory.py").copy(src._data, self._data)
         return self

@@ -11,7 +11,7 @@ import pytest
 
 import minitorch
 from minitorch import functional as F  # noqa: N812 (PyTorch's name)
-from minitorch import graph, kernels, nn, optim
+from minitorch import graph, kernels, nn, ops, optim
 from tests.phase3_support import write_solutions
 
 NOTEBOOKS = ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase3a_forward.ipynb", "phase3b_backward.ipynb",
@@ -168,11 +168,22 @@ def test_flat_errors_name_what_came():
     assert [id(p) for p in optim.Adam([a], flat=True).flat.params] == [id(a)]
 
 
-@pytest.mark.parametrize("device", ["emu", pytest.param("cuda", marks=pytest.mark.gpu)])
-def test_a_captured_gpt_step_with_the_flat_buffer_equals_eager_per_parameter_steps(solutions, device):
+@pytest.mark.parametrize("device, concurrent", [("emu", False), pytest.param("cuda", False, marks=pytest.mark.gpu),
+                                                 pytest.param("cuda", True, marks=pytest.mark.gpu)])
+def test_a_captured_gpt_step_with_the_flat_buffer_equals_eager_per_parameter_steps(solutions, device, concurrent):
     """The lab's recipe (tied head, dropout, two decay groups, the schedule, clipping) captured with the flat
     buffer: every replay equals an eager step of the per-parameter optimizer on another copy of the model, and
-    the graph holds fewer launches (the copies into the views added, the per-parameter updates gone)."""
+    the graph holds fewer launches (the copies into the views added, the per-parameter updates gone). On cuda
+    also with the weights' gradients on a side branch of the graph (ops.set_concurrent_weight_grads): the copy
+    of such a gradient into its view must wait for the branch."""
+    previous = ops.set_concurrent_weight_grads(concurrent)
+    try:
+        _captured_flat_step(device)
+    finally:
+        ops.set_concurrent_weight_grads(previous)
+
+
+def _captured_flat_step(device: str) -> None:
     vocab, t, b = 11, 8, 3
     schedule = optim.WarmupCosine(max_lr=3e-2, min_lr=3e-3, warmup=1, total=3)
     models = [nn.GPT(vocab, t, d_model=16, n_head=2, n_layer=1, device=device, seed=5, tie_weights=True,
