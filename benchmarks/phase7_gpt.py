@@ -604,6 +604,7 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     rows.append(dropout_step_row(device, model_cfg, train_cfg, vocab, b, t, windows))
     return rows, {"vocab_size": vocab, **model_cfg, **train_cfg, "weight_decay": WEIGHT_DECAY, "clip": CLIP,
                   "seed": SEED, "eval_windows": EVAL_WINDOWS, "torch": torch.__version__, "tie_weights": TIE,
+                  "tied_wpe_std": "d_model ** -0.5",
                   "dropout": DROPOUT, "timed_dropout": TIMED_DROPOUT,
                   "schedule": dataclasses.asdict(schedule_of(train_cfg)), "decay": "Linear matrices only"}
 

@@ -218,5 +218,10 @@ def _captured_flat_step(device: str) -> None:
         flat_graph.replay()
         assert flat_graph.output.item() == pytest.approx(eager, rel=1e-5)
         assert plain_graph.output.item() == pytest.approx(eager, rel=1e-5)
+    # The emulator runs the same arithmetic in the same order: the flat step gives the same values. A GPU's
+    # atomics (the embedding's scatter-add, the clipping's sum) add in a varying order, and the key bias of c_attn
+    # has a gradient of 0 up to rounding (softmax ignores a constant added to a row of scores): Adam turns that
+    # noise into steps of up to lr, so there the parameters agree only to about lr / 10.
+    tol = dict(rtol=1e-5, atol=1e-6) if device == "emu" else dict(rtol=1e-3, atol=3e-3)
     for p, q in zip(models[0].parameters(), models[2].parameters(), strict=True):
-        np.testing.assert_allclose(q.numpy(), p.numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(q.numpy(), p.numpy(), **tol)
