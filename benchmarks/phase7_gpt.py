@@ -9,8 +9,8 @@ Runs on the reference solution files of Phases 1-7 (a temporary workspace) and w
 - ``attention``: the materialised causal attention (``ops.attention``: split, Q Kᵀ, softmax, P V, merge) against
   ``torch.nn.functional.scaled_dot_product_attention`` (float32, causal), forward, for the model's shapes and for a
   long sequence; the outputs must agree before either is timed;
-- ``step``: one training step of the seed's GPT (2 layers, 4 heads, d_model 64, context 64, batch 64): minitorch
-  replaying the captured step, minitorch launching it from Python, PyTorch eager, PyTorch captured in a CUDA graph
+- ``step``: one training step of the seed's GPT (2 layers, 4 heads, d_model 64, context 64, batch 64; AdamW over one
+  flat buffer, as the lab): minitorch replaying the captured step, minitorch launching it from Python, PyTorch eager, PyTorch captured in a CUDA graph
   (``torch.cuda.graph``, capturable AdamW) and PyTorch compiled (``torch.compile`` of the model and its loss; a
   ``pytorch_compiled_skipped`` reason where it cannot run); same initial weights, same batch; ``best_ratio`` is
   minitorch's captured step against the fastest of the three. The two models must give the same validation loss
@@ -439,7 +439,8 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     model = nn.GPT(vocab, **model_cfg, seed=SEED, tie_weights=TIE, dropout=DROPOUT)
     net = torch_gpt(model_cfg, vocab, tdev)
     load_weights(net, model)
-    opt = optim.AdamW(model.optimizer_groups(WEIGHT_DECAY), lr=train_cfg["lr"], schedule=schedule_of(train_cfg))
+    opt = optim.AdamW(model.optimizer_groups(WEIGHT_DECAY), lr=train_cfg["lr"], schedule=schedule_of(train_cfg),
+                      flat=True)  # as the lab: one buffer (the flat_steps rows time it against per parameter)
     topt, tsched = torch_optimizer(net, model, train_cfg)
     xb, yb = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
     txb = torch.zeros((b, t), dtype=torch.long, device=tdev)
@@ -604,7 +605,7 @@ def train_both(device: str, setup: dict) -> tuple[list[dict], dict]:
     rows.append(dropout_step_row(device, model_cfg, train_cfg, vocab, b, t, windows))
     return rows, {"vocab_size": vocab, **model_cfg, **train_cfg, "weight_decay": WEIGHT_DECAY, "clip": CLIP,
                   "seed": SEED, "eval_windows": EVAL_WINDOWS, "torch": torch.__version__, "tie_weights": TIE,
-                  "tied_wpe_std": "d_model ** -0.5",
+                  "tied_wpe_std": "d_model ** -0.5", "flat_adamw": True,
                   "dropout": DROPOUT, "timed_dropout": TIMED_DROPOUT,
                   "schedule": dataclasses.asdict(schedule_of(train_cfg)), "decay": "Linear matrices only"}
 
@@ -625,7 +626,8 @@ def dropout_step_row(device: str, model_cfg: dict, train_cfg: dict, vocab: int, 
     model = nn.GPT(vocab, **model_cfg, seed=SEED, tie_weights=True, dropout=TIMED_DROPOUT)
     net = torch_gpt(model_cfg, vocab, tdev, tie=True, dropout=TIMED_DROPOUT)
     load_weights(net, model)
-    opt = optim.AdamW(model.optimizer_groups(WEIGHT_DECAY), lr=train_cfg["lr"], schedule=schedule_of(train_cfg))
+    opt = optim.AdamW(model.optimizer_groups(WEIGHT_DECAY), lr=train_cfg["lr"], schedule=schedule_of(train_cfg),
+                      flat=True)
     xb, yb = minitorch.zeros((b, t), dtype="int32"), minitorch.zeros((b, t), dtype="int32")
     x, y = windows.sample()
     xb.copy_from(x)
