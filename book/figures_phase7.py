@@ -397,8 +397,13 @@ def phase7_profile(text_name: str = "phase7-profile-text") -> None:
 REDUCED = "phase7_gpt_reduced"
 
 
+def _recipe(row: dict) -> str:
+    return f"head {'tied' if row['tie_weights'] else 'untied'}, dropout {row.get('dropout', 0.0):g}"
+
+
 def phase7_reduced_recipe(text_name: str = "phase7-reduced-recipe-text") -> None:
-    """Glue the calibration of the reduced configuration: the lab's recipe from each seed, and the tied variant."""
+    """Glue the calibration of the reduced configuration: the lab's recipe from each seed, and the variants
+    trained from the first seed (the recipe before, and the full configuration's dropout)."""
     res = latest(REDUCED)
     rows = _rows(res, "reduced") if res is not None else []
     if not rows:
@@ -406,18 +411,45 @@ def phase7_reduced_recipe(text_name: str = "phase7-reduced-recipe-text") -> None
         return
     losses = ", ".join(f"{r['val_loss']:.3f}" for r in rows)
     seeds = ", ".join(str(r["seed"]) for r in rows)
-    recipe = f"the lab's recipe ends at {losses} from the seeds {seeds} on the grader's 256 windows"
+    text = (f"the lab's recipe ({_recipe(rows[0])}) ends at {losses} from the seeds {seeds} on the grader's 256 "
+            f"windows")
     if all("cpu_seconds" in r for r in rows):
-        recipe += (f", 300 steps of {rows[0]['launches']} launches in {min(r['cpu_seconds'] for r in rows):.0f} to "
-                   f"{max(r['cpu_seconds'] for r in rows):.0f} s of CPU time")
-    variants = _rows(res, "reduced_variant")
-    text = recipe
+        text += (f", 300 steps of {rows[0]['launches']} launches in {min(r['cpu_seconds'] for r in rows):.0f} to "
+                 f"{max(r['cpu_seconds'] for r in rows):.0f} s of CPU time")
+    variants = [f"{v['val_loss']:.3f} with the {_recipe(v)}" for v in _rows(res, "reduced_variant")]
     if variants:
-        v = variants[0]
-        same = next(r for r in rows if r["seed"] == v["seed"])
-        text = (f"from seed {v['seed']} a validation loss of {v['val_loss']:.3f} with the head "
-                f"{'tied' if v['tie_weights'] else 'untied'} against {same['val_loss']:.3f} without ({recipe})")
+        text += f"; from seed {rows[0]['seed']}, " + " and ".join(variants)
     glue_md(text_name, f"{text} (`{res.path.name}`)")
+
+
+FLAT = "phase7_gpt_flat"
+
+
+def phase7_flat(text_name: str = "phase7-flat-text", recipe_name: str = "phase7-full-recipe-text") -> None:
+    """Glue the captured step with AdamW per parameter and over the flat buffer, and the full recipe's training,
+    from ``benchmarks/phase7_gpt.py --flat-steps`` (a GPU)."""
+    res = latest(FLAT)
+    steps = _rows(res, "step_flat") if res is not None else []
+    if not steps:
+        glue_md(text_name, missing_md(FLAT, f"{SCRIPT} --flat-steps 0,1"))
+        glue_md(recipe_name, missing_md(FLAT, f"{SCRIPT} --flat-steps 0,1"))
+        return
+    parts = []
+    for tie, dropout in sorted({(r["tie_weights"], r["dropout"]) for r in steps}):
+        by = {r["flat"]: r for r in steps if (r["tie_weights"], r["dropout"]) == (tie, dropout)}
+        plain, flat = by[False], by[True]
+        parts.append(f"with the {_recipe(plain)}, a replay takes {plain['captured_seconds'] * 1e3:.3f} ms "
+                     f"({plain['launches']} launches) with AdamW and clipping per parameter and "
+                     f"{flat['captured_seconds'] * 1e3:.3f} ms ({flat['launches']} launches) over the flat buffer")
+    glue_md(text_name, f"{'; '.join(parts)} ({res.device}, `{res.path.name}`)")
+    full = _rows(res, "recipe_full")
+    if not full:
+        glue_md(recipe_name, "no GPU run of the full recipe is committed yet")
+        return
+    losses = ", ".join(f"{r['val_loss']:.3f} (seed {r['seed']})" for r in full)
+    glue_md(recipe_name, (f"the full configuration trained with the lab's recipe ({_recipe(full[0])}, flat AdamW) "
+                          f"ends at a validation loss of {losses} against the bar of "
+                          f"{thresholds()['shakespeare_val_loss']} ({res.device}, `{res.path.name}`)"))
 
 
 def phase7_gpu_recipe(text_name: str = "phase7-gpu-recipe-text") -> None:
@@ -433,8 +465,11 @@ def phase7_gpu_recipe(text_name: str = "phase7-gpu-recipe-text") -> None:
         return
     [summary] = _rows(res, "summary")
     bar = thresholds()["shakespeare_val_loss"]
+    # runs made before the position table was scaled with a tied token table (nn.GPT) lack the key
+    early = config["tie_weights"] and "tied_wpe_std" not in config
     glue_md(text_name, (
         f"the committed GPU run of the full configuration (`{res.path.name}`) was made with the head "
-        f"{'tied' if config['tie_weights'] else 'untied'} and ended at a validation loss of "
+        f"{'tied' if config['tie_weights'] else 'untied'}"
+        f"{' (and the position table still at N(0, 1))' if early else ''} and ended at a validation loss of "
         f"{summary['val_loss']:.3f} (PyTorch, the same model from the same weights: "
         f"{summary['pytorch_val_loss']:.3f}), against the bar of {bar}"))

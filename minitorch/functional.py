@@ -152,10 +152,19 @@ def merge_heads(y: Tensor) -> Tensor:
     return autograd.MergeHeads.apply(_tensor("merge_heads", "y", y))
 
 
-def causal_self_attention(qkv: Tensor, n_head: int) -> Tensor:
+def causal_self_attention(qkv: Tensor, n_head: int, *, dropout_p: float = 0.0, seed: int = 0,
+                          step: Any = None) -> Tensor:
     """Causal multi-head self-attention: qkv (B, T, 3C) holds Q | K | V side by side, each C = n_head * D
-    columns (head h at columns h * D ... (h + 1) * D of its part); returns (B, T, C), the heads merged."""
-    return autograd.CausalSelfAttention.apply(_tensor("causal_self_attention", "qkv", qkv), int(n_head))
+    columns (head h at columns h * D ... (h + 1) * D of its part); returns (B, T, C), the heads merged.
+
+    ``dropout_p`` > 0: the probabilities are dropped (nanoGPT's ``attn_dropout``), keep from Philox under
+    ``seed`` at stream ``step[0] << 16`` (``step``: a one-element int64 counter on qkv's device, as
+    ``nn.Dropout`` keeps; the caller advances it); the backward regenerates the mask."""
+    qkv = _tensor("causal_self_attention", "qkv", qkv)
+    if dropout_p and step is None:
+        raise ValueError("causal_self_attention: dropout_p > 0 needs step, a one-element int64 counter on the "
+                         "device (nn.Dropout.next_step gives one)")
+    return autograd.CausalSelfAttention.apply(qkv, int(n_head), float(dropout_p), int(seed), step)
 
 
 # --- Phase 8b: FlashAttention -------------------------------------------------------------------

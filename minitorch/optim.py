@@ -1,10 +1,18 @@
 """Optimizers: ``SGD`` with momentum (the learner's ``sgd_momentum`` kernel on cuda/emu, NumPy on cpu),
-``Adam`` and ``AdamW`` (the learner's fused ``adam_update`` kernel of Phase 5 on cuda/emu, NumPy on cpu)."""
+``Adam`` and ``AdamW`` (the learner's fused ``adam_update`` kernel of Phase 5 on cuda/emu, NumPy on cpu).
+
+``Adam(..., flat=True)`` / ``AdamW(..., flat=True)`` move the parameters into one flat buffer (and their
+gradients, m and v into three more): each parameter's values become a view of it, a gradient that backward
+assigns is copied into the parameter's view of the gradient buffer, and a step updates the whole buffer
+with one ``adam_update`` launch per weight decay (scheduled: one ``scale_by`` for the decaying part and one
+``adam_update``), as :func:`clip_grad_norm_` clips it with three launches, however many parameters there
+are. The buffers are made once: their addresses stay fixed, so a captured step keeps working."""
 
 from __future__ import annotations
 
 import math
 import numbers
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +23,7 @@ from minitorch import backend, ops
 from minitorch.ops.dispatch import launch
 from minitorch.tensor import Tensor
 
-__all__ = ["SGD", "Adam", "AdamW", "WarmupCosine", "clip_grad_norm_"]
+__all__ = ["SGD", "Adam", "AdamW", "FlatParameters", "WarmupCosine", "clip_grad_norm_"]
 
 
 class SGD:
@@ -155,13 +163,19 @@ class Adam:
     1 - rate * weight_decay; ``scale_by`` (clip.cu) applies that decay to the decaying groups' weights
     and ``adam_update`` runs with lr 1 and no decay of its own: the same update, with the rate read from
     device memory.
+
+    ``flat=True``: the parameters (one device, one float dtype) move into one flat buffer
+    (:class:`FlatParameters`); the update is then one launch per weight decay over the whole buffer, not one
+    per parameter. Build the optimizer after moving or converting the model (a step refuses parameters that
+    left the buffer). A parameter that received no gradient is updated with a zero gradient (its moments
+    decay, its weight decays), where the per-parameter step skips it.
     """
 
     decoupled = False
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0, *,
-                 schedule: WarmupCosine | None = None) -> None:
+                 schedule: WarmupCosine | None = None, flat: bool = False) -> None:
         name = type(self).__name__
         self.weight_decay = _check_real(name, "weight_decay", weight_decay, lambda x: x >= 0, ">= 0")
         self.param_groups = _parameter_groups(name, params, self.weight_decay)
@@ -179,8 +193,15 @@ class Adam:
                              f"every decaying group; the groups have {decays}")
         self.schedule = schedule
         self._scheduled_decay = decays[0] if decays else 0.0
-        self.m: dict[int, Tensor] = {id(p): SGD._zeros_like(p) for p in self.params}
-        self.v: dict[int, Tensor] = {id(p): SGD._zeros_like(p) for p in self.params}
+        if not isinstance(flat, bool):
+            raise TypeError(f"{name}: flat must be True or False, got {flat!r}")
+        self.flat: FlatParameters | None = None
+        if flat:
+            self.flat = FlatParameters(name, self.param_groups)
+            self.m, self.v = self.flat.views_of(self.flat.m), self.flat.views_of(self.flat.v)
+        else:
+            self.m: dict[int, Tensor] = {id(p): SGD._zeros_like(p) for p in self.params}
+            self.v: dict[int, Tensor] = {id(p): SGD._zeros_like(p) for p in self.params}
         # On cuda/emu the step count t and the bias corrections 1 - beta**t live in device memory,
         # advanced there by the learner's adam_step kernel: a Python t would be frozen into the
         # launches of a captured step (minitorch.graph), and every replay would repeat one step's
@@ -197,6 +218,9 @@ class Adam:
 
     @params.setter
     def params(self, params: list[Tensor]) -> None:  # one group, with the optimizer's weight_decay
+        if getattr(self, "flat", None) is not None:
+            raise ValueError(f"{type(self).__name__}(flat=True): its parameters live in its flat buffer and cannot be "
+                             f"replaced; make a new optimizer")
         self.param_groups = [{"params": list(params), "weight_decay": self.weight_decay}]
 
     @property
@@ -219,6 +243,8 @@ class Adam:
 
     def step(self) -> None:
         name, device = type(self).__name__, self.params[0].device
+        if self.flat is not None:
+            self.flat.check_bound(name)
         for i, p in enumerate(self.params):  # checked first: a step must not stop half done
             if p.device != device:
                 raise ValueError(f"{name}: every parameter must be on one device; parameter 0 is on "
@@ -238,8 +264,37 @@ class Adam:
                 launch(device, "recipe.py", "lr_schedule", self._counter.step, self._counter.bias,
                        self._counter.rate, self._counter.decay, self._scheduled_decay, sch.max_lr, sch.min_lr,
                        sch.warmup, sch.total, outputs=())
+        if self.flat is not None:
+            self._update_flat(device)
+            return
         for group in self.param_groups:
             self._update_group(device, group["params"], group["weight_decay"])
+
+    def _update_flat(self, device: str) -> None:
+        """The whole flat buffer at once: one launch per segment of one weight decay (scheduled: one scale_by
+        of the decaying segments, one adam_update of everything), the same arithmetic as _update_group's."""
+        flat = self.flat
+        assert flat is not None
+        flat.fill_missing_grads()
+        beta1, beta2 = self.betas
+        m, v = flat.m, flat.v
+        if device == "cpu":
+            lr = self.schedule.lr(self._host_step) if self.schedule is not None else self.lr
+            for start, stop, wd in flat.segments:
+                _adam_numpy(flat.data[start:stop], flat.grad[start:stop], m[start:stop], v[start:stop], lr,
+                            beta1, beta2, self.eps, wd, self._host_step, self.decoupled)
+            return
+        assert self._counter is not None
+        if self.schedule is not None:  # the rate and the decay come from the device (lr_schedule)
+            if flat.decay_stop:  # the decaying segments come first (FlatParameters)
+                launch(device, "clip.py", "scale_by", flat.data[:flat.decay_stop], self._counter.decay, outputs=())
+            launch(device, "adam.py", "adam_update", flat.data, flat.grad, m, v, self._counter.bias, 1.0, beta1,
+                   beta2, self.eps, 0.0, self.decoupled, outputs=())
+            return
+        for start, stop, wd in flat.segments:
+            launch(device, "adam.py", "adam_update", flat.data[start:stop], flat.grad[start:stop], m[start:stop],
+                   v[start:stop], self._counter.bias, self.lr, beta1, beta2, self.eps, wd, self.decoupled,
+                   outputs=())
 
     def _update_group(self, device: str, params: list[Tensor], weight_decay: float) -> None:
         beta1, beta2 = self.betas
@@ -328,8 +383,8 @@ class AdamW(Adam):
 
     def __init__(self, params: Iterable[Tensor] | Iterable[dict[str, Any]], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2, *,
-                 schedule: WarmupCosine | None = None) -> None:
-        super().__init__(params, lr, betas, eps, weight_decay, schedule=schedule)
+                 schedule: WarmupCosine | None = None, flat: bool = False) -> None:
+        super().__init__(params, lr, betas, eps, weight_decay, schedule=schedule, flat=flat)
 
 
 def _adam_numpy(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, lr: float, beta1: float,
@@ -354,9 +409,112 @@ def clip_grad_norm_(params: Iterable[Tensor], max_norm: float) -> Tensor:
 
     On cuda/emu the norm and the coefficient never leave the device (the learner's ``clip.cu``): a training
     step captured into a graph clips every replay by that replay's own norm. Parameters without a gradient
-    are skipped.
+    are skipped. When ``params`` are exactly the parameters of a flat optimizer (``AdamW(..., flat=True)``),
+    the flat gradient buffer is clipped whole: three launches (sum_squares, clip_coefficient, scale_by).
     """
+    params = list(params)
+    flat = FlatParameters.of(params)
+    if flat is not None and any(p.grad is not None for p in params):  # the whole flat buffer at once
+        flat.check_bound("clip_grad_norm_")
+        flat.fill_missing_grads()
+        return ops.clip_by_global_norm_([Tensor(flat.grad, flat.device)], max_norm)
     grads = [p.grad for p in params if isinstance(p, Tensor) and p.grad is not None]
     if not grads:
         raise ValueError("clip_grad_norm_: no parameter has a gradient (call backward() first)")
     return ops.clip_by_global_norm_(grads, max_norm)
+
+
+ALIGN = 64  # elements: each parameter's view starts at a multiple of 256 bytes, as cudaMalloc's blocks do
+
+
+class FlatParameters:
+    """The parameters of an optimizer moved into one flat device buffer, their gradients into another, and
+    Adam's m and v into two more, all of the same layout: parameter i occupies elements
+    [offset_i, offset_i + size_i) of each, offsets rounded up to ALIGN elements (the gaps hold zeros, which
+    Adam and clipping leave at zero). Parameters are laid out group by group, the groups of one weight decay
+    side by side and the decaying ones first: ``segments`` lists (start, stop, weight_decay) per decay and
+    ``decay_stop`` ends the decaying part. Each parameter tensor keeps its identity; its values become a view
+    of ``data`` (``Tensor._bind_flat``) and a gradient assigned to it is copied into its view of ``grad``."""
+
+    # id(parameter) -> its buffer (a buffer holds its parameters: their ids stay theirs while it lives;
+    # keyed by id because a Tensor's == is elementwise)
+    _owners: dict[int, weakref.ref[FlatParameters]] = {}
+
+    def __init__(self, name: str, groups: list[dict[str, Any]]) -> None:
+        params = [p for g in groups for p in g["params"]]
+        device, dtype = params[0].device, params[0].dtype
+        if dtype not in (np.dtype(np.float32), np.dtype(np.float64)):
+            raise TypeError(f"{name}(flat=True): the flat buffer holds float32 (or float64 on cpu) parameters, "
+                            f"got {dtype}")
+        for i, p in enumerate(params):
+            if p.device != device or p.dtype != dtype:
+                raise ValueError(f"{name}(flat=True): every parameter must be on one device in one dtype; "
+                                 f"parameter 0 is {dtype} on {device!r}, parameter {i} (shape {p.shape}) "
+                                 f"{p.dtype} on {p.device!r}")
+            if FlatParameters.owner(p) is not None:
+                raise ValueError(f"{name}(flat=True): parameter {i} (shape {p.shape}) already lives in the flat "
+                                 f"buffer of another optimizer")
+        decays = sorted({g["weight_decay"] for g in groups}, reverse=True)  # decaying first
+        order = [p for wd in decays for g in groups if g["weight_decay"] == wd for p in g["params"]]
+        self.device, self.params = device, order
+        self.offsets, self.segments, end = [], [], 0
+        for wd in decays:
+            start = end
+            for g in groups:
+                if g["weight_decay"] != wd:
+                    continue
+                for p in g["params"]:
+                    self.offsets.append(end)
+                    end += -(-p.size // ALIGN) * ALIGN
+            if end > start:
+                self.segments.append((start, end, wd))
+        self.decay_stop = sum(stop - start for start, stop, wd in self.segments if wd)
+        target = backend.get_backend(device)
+        self.data, self.grad = target.zeros((end,), dtype), target.zeros((end,), dtype)
+        self.m, self.v = target.zeros((end,), dtype), target.zeros((end,), dtype)
+        self.views = []
+        for p, off in zip(self.params, self.offsets, strict=True):
+            view = self._view(self.data, p, off)
+            target.copy_into(view, p.data)
+            p._bind_flat(view, Tensor(self._view(self.grad, p, off), device))
+            self.views.append(view)
+            FlatParameters._owners[id(p)] = weakref.ref(self)
+
+    @staticmethod
+    def _view(buffer: Any, p: Tensor, offset: int) -> Any:
+        return buffer[offset:offset + p.size].reshape(p.shape)
+
+    def views_of(self, buffer: Any) -> dict[int, Tensor]:
+        """{id(param): its view of ``buffer``} (``m`` or ``v``: Adam's state, per parameter as without flat)."""
+        return {id(p): Tensor(self._view(buffer, p, off), self.device)
+                for p, off in zip(self.params, self.offsets, strict=True)}
+
+    @classmethod
+    def owner(cls, p: Any) -> FlatParameters | None:
+        """The live flat buffer that holds parameter ``p``, or None."""
+        ref = cls._owners.get(id(p))
+        flat = ref() if ref is not None else None
+        return flat if flat is not None and any(q is p for q in flat.params) else None
+
+    @classmethod
+    def of(cls, params: list[Any]) -> FlatParameters | None:
+        """The flat buffer that holds exactly these parameters (in any order), or None."""
+        flat = cls.owner(params[0]) if params else None
+        if flat is None or any(cls.owner(p) is not flat for p in params):
+            return None
+        return flat if len({id(p) for p in params}) == len(flat.params) else None
+
+    def check_bound(self, name: str) -> None:
+        """Refuse parameters that left the buffer (moved, converted: their values would no longer be updated)."""
+        for i, (p, view) in enumerate(zip(self.params, self.views, strict=True)):
+            if p.data is not view:
+                raise RuntimeError(f"{name}: parameter {i} (shape {p.shape}) no longer lives in the flat buffer "
+                                   f"(the model was moved or converted after the flat optimizer was made): make "
+                                   f"the optimizer after model.to(...)")
+
+    def fill_missing_grads(self) -> None:
+        """A parameter without a gradient gets zeros in its view of ``grad`` (a fill launch each): the buffer
+        may hold an earlier step's values there. (Under a capture, which parameters get one is fixed.)"""
+        for p in self.params:
+            if p.grad is None:
+                p.grad = p._grad_view.fill_(0.0) if p._grad_view is not None else None

@@ -114,14 +114,15 @@ def _check_host_array(array: np.ndarray, dtype: np.dtype) -> np.ndarray:
 class Tensor:
     """A contiguous float array on one device. Create one with :func:`tensor`, :func:`zeros`, ..."""
 
-    __slots__ = ("_data", "_device", "_requires_grad", "grad", "grad_fn", "__weakref__")
+    __slots__ = ("_data", "_device", "_requires_grad", "_grad", "_grad_view", "grad_fn", "__weakref__")
 
     def __init__(self, data: Any, device: str, *, requires_grad: bool = False) -> None:
         # Internal: ``data`` is already a device array of ``device``'s backend.
         self._data = data
         self._device = device
         self._requires_grad = False
-        self.grad: Tensor | None = None
+        self._grad: Tensor | None = None
+        self._grad_view: Tensor | None = None  # where .grad lives when an optimizer made it flat
         self.grad_fn: Context | None = None  # set by Function.apply on the tensors it records
         if requires_grad:
             self.requires_grad = True
@@ -192,6 +193,27 @@ class Tensor:
         """Set ``requires_grad`` in place; returns the tensor (as in PyTorch)."""
         self.requires_grad = value
         return self
+
+    @property
+    def grad(self) -> Tensor | None:
+        """The gradient backward accumulated into this leaf (None before any, or after ``zero_grad``)."""
+        return self._grad
+
+    @grad.setter
+    def grad(self, value: Tensor | None) -> None:
+        # A parameter whose gradient lives in a flat buffer (optim.AdamW(..., flat=True)) keeps it there:
+        # a gradient assigned to it (backprop's ``t.grad = g``) is copied into its view of that buffer.
+        view = self._grad_view
+        if view is not None and value is not None and value is not view:
+            value = view.copy_(value)
+        self._grad = value
+
+    def _bind_flat(self, data: Any, grad_view: Tensor | None) -> None:
+        """Internal (minitorch.optim's flat buffers): this tensor's values become ``data`` (a view of a flat
+        buffer, already holding them) and every gradient assigned to it is copied into ``grad_view``."""
+        self._data, self._grad_view = data, grad_view
+        if grad_view is not None and self._grad is not None and self._grad is not grad_view:
+            self._grad = grad_view.copy_(self._grad)
 
     @property
     def is_leaf(self) -> bool:
@@ -351,6 +373,9 @@ class Tensor:
         elif self.size:
             from minitorch.ops import on_device
 
+            target = backend.get_backend(self._device)
+            if target.pending_branches:  # src written on a side branch of the graph being captured (a weight's
+                target.wait_for((src._data, self._data))  # gradient, copied into a flat buffer): wait for it
             with on_device(self._device):
                 kernels.load_module("memory.py").copy(src._data, self._data)
         return self

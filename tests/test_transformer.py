@@ -361,6 +361,17 @@ def test_a_tied_gpt_matches_finite_differences_and_shares_one_table(solutions):
     assert max(gradcheck(lambda *ps: model(idx), list(model.parameters()))) < 1e-6
 
 
+def test_a_tied_gpt_draws_both_tables_at_one_scale():
+    """Tied, the token table starts N(0, 1/C) (unit-variance logits) and so does the position table: at N(0, 1)
+    beside it, the input would be nearly all position (the reduced Lab 7 model trained worse tied than untied)."""
+    c = 64
+    tied = nn.GPT(65, 64, d_model=c, n_head=4, n_layer=1, device="cpu", seed=0, tie_weights=True)
+    untied = nn.GPT(65, 64, d_model=c, n_head=4, n_layer=1, device="cpu", seed=0)
+    for table in ("wte", "wpe"):
+        assert getattr(tied, table).weight.numpy().std() == pytest.approx(c ** -0.5, rel=0.05)
+        assert getattr(untied, table).weight.numpy().std() == pytest.approx(1.0, rel=0.05)
+
+
 def test_a_tied_table_gets_the_sum_of_both_gradients(solutions):
     """The table's gradient is the embedding's scatter-add plus the head's dyᵀ·x: each alone is wrong."""
     model = nn.GPT(7, 6, d_model=8, n_head=2, n_layer=1, device="cpu", dtype="float64", seed=2, tie_weights=True)

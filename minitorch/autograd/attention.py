@@ -3,6 +3,8 @@ self-attention as one Function made of them (it keeps Q, K, V and the probabilit
 
 from __future__ import annotations
 
+from typing import Any
+
 from minitorch import ops
 from minitorch.autograd.function import Context, Function
 from minitorch.tensor import DTYPE, Tensor
@@ -77,15 +79,24 @@ class MergeHeads(Function):
 
 class CausalSelfAttention(Function):
     """y (B, T, C) = causal multi-head attention of qkv (B, T, 3C) (Q | K | V): one Function, so the tape
-    keeps one entry and the backward reuses the forward's Q, K, V and probabilities."""
+    keeps one entry and the backward reuses the forward's Q, K, V and probabilities. With dropout the
+    backward regenerates the forward's mask from the step the forward's kernel recorded."""
 
     @staticmethod
-    def forward(ctx: Context, qkv: Tensor, n_head: int) -> Tensor:
+    def forward(ctx: Context, qkv: Tensor, n_head: int, dropout_p: float = 0.0, seed: int = 0,
+                step: Any = None) -> Tensor:
         ctx.compute = c = _recorded_compute(qkv.dtype)
-        y, saved = ops.attention(qkv, n_head, compute_dtype=c)
+        ctx.dropout = None
+        if dropout_p:
+            used = ops.dropout_step_slot(qkv.device)
+            ctx.dropout = ops.AttentionDropout(dropout_p, seed, used, ops.dropout_step_slot(qkv.device))
+            y, saved = ops.attention(qkv, n_head, compute_dtype=c,
+                                     dropout=ops.AttentionDropout(dropout_p, seed, step, used))
+        else:
+            y, saved = ops.attention(qkv, n_head, compute_dtype=c)
         ctx.save_for_backward(*saved)
         return y
 
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> Tensor:
-        return ops.attention_backward(grad, ctx.saved_tensors, compute_dtype=ctx.compute)
+        return ops.attention_backward(grad, ctx.saved_tensors, compute_dtype=ctx.compute, dropout=ctx.dropout)

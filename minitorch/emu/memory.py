@@ -443,8 +443,13 @@ class DeviceArray:
 
     def __getitem__(self, key: Any) -> Any:
         """``a[i]`` (an integer along the first axis): the contiguous sub-array, a view of the same device
-        memory, as CuPy's (a batch of matrices launched one at a time). Any other index reads values,
-        which live in device memory: refused."""
+        memory, as CuPy's (a batch of matrices launched one at a time); ``a[start:stop]`` of a 1-D array
+        (step 1): the contiguous run of elements, a view too (a parameter's share of a flat buffer). Any
+        other index reads values, which live in device memory: refused."""
+        if isinstance(key, slice) and self.ndim == 1 and key.step in (None, 1):
+            start, stop, _ = key.indices(self._shape[0])
+            return DeviceArray((max(stop - start, 0),), self._dtype, _buffer=self._buf,
+                               _offset=self._offset + start * self._dtype.itemsize)
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool) and self.ndim >= 1:
             i = int(key) + (self._shape[0] if key < 0 else 0)
             if not 0 <= i < self._shape[0]:
@@ -453,7 +458,7 @@ class DeviceArray:
             step = math.prod(inner) * self._dtype.itemsize
             return DeviceArray(inner, self._dtype, _buffer=self._buf, _offset=self._offset + i * step)
         raise TypeError("indexing an emu.DeviceArray from Python is not supported (except a[i], the i-th "
-                        "sub-array of the first axis, a view): it lives in (emulated) device memory. Copy it "
+                        "sub-array of the first axis, and a[start:stop] of a 1-D array: views): it lives in (emulated) device memory. Copy it "
                         "to the host with `.get()` first.")
 
     def __iter__(self) -> Any:

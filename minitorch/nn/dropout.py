@@ -72,13 +72,20 @@ class Dropout(Module):
         """How many training forward passes drew a mask (read from the device: a synchronisation)."""
         return 0 if self._step is None else self._step.count
 
+    def next_step(self, device: str) -> Any:
+        """Advance the step counter on ``device`` (a launch; on the host for cpu) and return it: the counter
+        a mask of this layer's next draw reads (the materialised attention's ``attn_dropout`` draws with it)."""
+        if self.p == 0:
+            raise ValueError("Dropout.next_step: a Dropout with p = 0 draws no mask")
+        assert self._step is not None  # p > 0
+        return self._step.advance(device)
+
     def forward(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor):
             raise TypeError(f"Dropout expects a minitorch Tensor, got {type(x).__name__}")
         if not self.training or self.p == 0:
             return x
-        assert self._step is not None  # p > 0
-        return autograd.Dropout.apply(x, self.p, self.seed, 0, self._step.advance(x.device))
+        return autograd.Dropout.apply(x, self.p, self.seed, 0, self.next_step(x.device))
 
     def extra_repr(self) -> str:
         return f"p={self.p:g}"

@@ -177,7 +177,11 @@ def _assign(t: Tensor, value: np.ndarray) -> None:
     if t.dtype in HALF:
         t._data = from_numpy(np.ascontiguousarray(value, dtype=np.float32), t.device, dtype=t.dtype)._data
         return
-    t._data = backend.get_backend(t.device).asarray(np.ascontiguousarray(value, dtype=t.dtype))
+    value = np.ascontiguousarray(value, dtype=t.dtype)
+    if value.shape == t.shape:  # in place: a flat optimizer's view (optim) or a captured graph keeps reading it
+        t.copy_from(value)
+        return
+    t._data = backend.get_backend(t.device).asarray(value)
 
 
 class Sequential(Module):

@@ -9,7 +9,9 @@ has the same initial values on every device.
 ``GPT(..., tie_weights=True)`` shares one table between the token embedding and the output head, as GPT-2
 and nanoGPT do: logits = ln_f(x) · wteᵀ + lm_head.bias. The table then receives the sum of two gradients,
 the embedding's scatter-add and the head's product; it starts N(0, 1/d_model) instead of N(0, 1), so
-that the first logits have unit variance rather than d_model.
+that the first logits have unit variance rather than d_model, and so does the position table: a token
+table 1/√d_model the size of the positions' would leave the sum of the two almost blind to which token it is
+(the reduced Lab 7 model, tied with the positions at N(0, 1), ended 0.5 nats worse than untied).
 """
 
 from __future__ import annotations
@@ -118,10 +120,12 @@ class MultiHeadAttention(Module):
     ``attention``: ``"materialised"`` (Phase 7: the T x T scores and probabilities in float32 device memory,
     products under autocast in 16 bits) or ``"flash"`` (Phase 8b: the learner's FlashAttention, head dims 64
     or 128, in the autocast dtype, or bfloat16 when no ``amp.autocast`` region is active; never the T x T
-    matrix). ``dropout`` (flash only): while training, each attention probability is dropped with this
-    probability, as nanoGPT's ``attn_dropout``, by Philox inside the kernels from this layer's seed and an
-    offset that the kernels read from device memory, a counter that each training forward advances on the
-    device (as ``Dropout``'s step): a step captured into a graph draws new attention masks on every replay.
+    matrix). ``dropout``: while training, each attention probability is dropped with this probability, as
+    nanoGPT's ``attn_dropout``, from Phase 5's Philox, with a step counter in device memory that each training
+    forward advances on the device (a step captured into a graph draws new masks on every replay). Materialised:
+    the learner's ``dropout_apply`` (``recipe.cu``) on the probabilities, from ``attn_dropout``'s seed and
+    counter; the backward regenerates the mask. Flash: inside the kernels, from this layer's seed and an offset
+    that the kernels read from the counter.
     """
 
     def __init__(self, d_model: int, n_head: int, *, device: str | None = None, dtype: DTypeLike = None,
@@ -133,17 +137,17 @@ class MultiHeadAttention(Module):
         self.attention = _check_attention("MultiHeadAttention", attention, self.d_model, self.n_head)
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout < 1:
             raise ValueError(f"MultiHeadAttention: dropout must be a probability in [0, 1), got {dropout!r}")
-        if dropout and attention != "flash":
-            raise ValueError("MultiHeadAttention: dropout of the attention probabilities needs attention='flash' "
-                             "(Phase 7's materialised attention has none)")
         self.dropout = float(dropout)
         rng = np.random.default_rng(seed)
         seeds = rng.integers(0, 2**31, 2)
         self.c_attn = Linear(d_model, 3 * d_model, device=device, dtype=dtype, seed=int(seeds[0]))
         self.c_proj = Linear(d_model, d_model, device=device, dtype=dtype, seed=int(seeds[1]))
         self.dropout_seed = int(rng.integers(0, 2**62))  # drawn after the weights' seeds: those stay as they were
-        # training forwards that drew masks: the Philox offset of the latest (in device memory)
-        self._dropout_step = StepCounter(self.c_attn.weight.device) if self.dropout else None
+        # flash: training forwards that drew masks, the Philox offset of the latest (in device memory)
+        self._dropout_step = (StepCounter(self.c_attn.weight.device) if self.dropout and self.attention == "flash"
+                              else None)
+        if self.dropout and self.attention == "materialised":  # nanoGPT's name; its counter lives on the device
+            self.attn_dropout = Dropout(self.dropout, seed=self.dropout_seed, device=device)
 
     def forward(self, x: Tensor) -> Tensor:
         if not isinstance(x, Tensor) or x.ndim != 3 or x.shape[2] != self.d_model:
@@ -152,7 +156,11 @@ class MultiHeadAttention(Module):
                              f"got {got}")
         qkv = self.c_attn(x)
         if self.attention == "materialised":
-            return self.c_proj(functional.causal_self_attention(qkv, self.n_head))
+            if not (self.dropout and self.training):
+                return self.c_proj(functional.causal_self_attention(qkv, self.n_head))
+            drop = self.attn_dropout
+            return self.c_proj(functional.causal_self_attention(qkv, self.n_head, dropout_p=drop.p, seed=drop.seed,
+                                                                step=drop.next_step(x.device)))
         p = self.dropout if self.training else 0.0
         offset = self._dropout_step.advance(x.device) if p and self._dropout_step is not None else 0
         # under autocast the output stays rounded: c_proj's product takes it as it is (one conversion less)
@@ -163,6 +171,8 @@ class MultiHeadAttention(Module):
     @property
     def dropout_steps(self) -> int:
         """How many training forwards drew attention masks (read from the device: a synchronisation)."""
+        if hasattr(self, "attn_dropout"):  # materialised
+            return self.attn_dropout.steps
         return 0 if self._dropout_step is None else self._dropout_step.count
 
     def extra_repr(self) -> str:
@@ -173,7 +183,7 @@ class MultiHeadAttention(Module):
 class TransformerBlock(Module):
     """A pre-norm block: x + attn(ln1(x)), then x + proj(gelu(fc(ln2(x)))), fc widening to 4 d_model. With
     ``dropout`` > 0, each residual branch passes through a Dropout before it is added (nanoGPT's
-    ``resid_dropout`` and the MLP's dropout)."""
+    ``resid_dropout`` and the MLP's dropout), and the attention drops its probabilities (``attn_dropout``)."""
 
     def __init__(self, d_model: int, n_head: int, *, device: str | None = None, dtype: DTypeLike = None,
                  seed: int | None = None, dropout: float = 0.0, attention: str = "materialised") -> None:
@@ -181,7 +191,7 @@ class TransformerBlock(Module):
         seeds = rng.integers(0, 2**31, 3)
         self.ln1 = LayerNorm(d_model, device=device, dtype=dtype)
         self.attn = MultiHeadAttention(d_model, n_head, device=device, dtype=dtype, seed=int(seeds[0]),
-                                       attention=attention, dropout=dropout if attention == "flash" else 0.0)
+                                       attention=attention, dropout=dropout)
         self.ln2 = LayerNorm(d_model, device=device, dtype=dtype)
         self.fc = Linear(d_model, 4 * d_model, device=device, dtype=dtype, seed=int(seeds[1]))
         self.gelu = GELU()
@@ -259,8 +269,8 @@ class GPT(Module):
 
     ``tie_weights``: the head multiplies by the token table's transpose (no ``lm_head.weight`` of its own;
     see the module's docstring). ``dropout``: the probability of zeroing an activation while training, after
-    the embeddings and on each residual branch (attention's and the MLP's outputs), as nanoGPT's
-    ``dropout``; 0 (the default) adds no kernel. ``model.train()`` / ``model.eval()`` switch it on and off.
+    the embeddings, on each residual branch (attention's and the MLP's outputs) and on the attention
+    probabilities, as nanoGPT's ``dropout``; 0 (the default) adds no kernel. ``model.train()`` / ``model.eval()`` switch it on and off.
 
     ``init``: ``"phase7"`` (the default: PyTorch's layer defaults, as above) or ``"gpt2"`` (GPT-2's and
     nanoGPT's: N(0, 0.02) weights and tables, the residual projections N(0, 0.02 / sqrt(2 n_layer)), zero
@@ -268,8 +278,7 @@ class GPT(Module):
 
     ``attention``: ``"materialised"`` (the default, Phase 7's attention) or ``"flash"`` (Phase 8b's
     FlashAttention: head dims d_model / n_head of 64 or 128, computed in the autocast dtype, or bfloat16 when
-    no ``amp.autocast`` region is active; with ``dropout``, the attention probabilities are dropped too, as
-    nanoGPT's ``attn_dropout``). A flash model's ``config`` holds ``"attention": "flash"``, so
+    no ``amp.autocast`` region is active). A flash model's ``config`` holds ``"attention": "flash"``, so
     ``GPT(**config)`` rebuilds it; a materialised model's config stays as it always was.
     """
 
@@ -295,7 +304,7 @@ class GPT(Module):
         seeds = [int(s) for s in rng.integers(0, 2**31, n_layer + 3)]
         kw = {"device": device, "dtype": dtype}
         self.wte = Embedding(vocab_size, d_model, seed=seeds[0], std=d_model ** -0.5 if tie_weights else 1.0, **kw)
-        self.wpe = Embedding(block_size, d_model, seed=seeds[1], **kw)
+        self.wpe = Embedding(block_size, d_model, seed=seeds[1], std=d_model ** -0.5 if tie_weights else 1.0, **kw)
         self.drop = Dropout(self.dropout, seed=int(rng.integers(0, 2**62)), device=device)
         self.blocks = ModuleList(TransformerBlock(d_model, n_head, seed=seeds[3 + i], dropout=self.dropout,
                                                   attention=self.attention, **kw)

@@ -11,6 +11,7 @@ Inputs are checked here, before any launch: a shape, dtype or device mismatch ra
 """
 
 from minitorch.ops.attention import (
+    AttentionDropout,
     attention,
     attention_backward,
     attention_softmax,
@@ -22,6 +23,7 @@ from minitorch.ops.attention import (
 from minitorch.ops.clip import clip_by_global_norm_
 from minitorch.ops.conv import conv2d, conv2d_backward_input, conv2d_backward_weight, conv2d_bias_grad
 from minitorch.ops.dispatch import on_device, set_concurrent_weight_grads, weight_grad_branch
+from minitorch.ops.dropout import step_slot as dropout_step_slot
 from minitorch.ops.elementwise import add, add_bias, mul, relu, relu_backward, scalar_mul, sigmoid, sigmoid_backward
 from minitorch.ops.embedding import embedding, embedding_backward
 from minitorch.ops.flash import flash_attention, flash_attention_backward
@@ -62,7 +64,7 @@ __all__ = [
     "softmax_backward", "conv2d", "conv2d_backward_input", "conv2d_backward_weight", "conv2d_bias_grad", "max_pool2d",
     "max_pool2d_backward",
     # Phase 7
-    "attention", "attention_backward", "bmm", "clip_by_global_norm_", "embedding", "embedding_backward", "gelu",
+    "AttentionDropout", "attention", "attention_backward", "bmm", "dropout_step_slot", "clip_by_global_norm_", "embedding", "embedding_backward", "gelu",
     "gelu_backward", "layer_norm", "layer_norm_backward", "merge_heads", "attention_softmax", "attention_softmax_backward",
     "split_heads",
     # Phase 8a

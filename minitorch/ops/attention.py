@@ -10,17 +10,20 @@
 - ``attention`` / ``attention_backward``: Y = softmax(Q Kᵀ / sqrt(D), causal) V for every head, from the
   fused projection qkv (B, T, 3C) (Q, K, V side by side) to y (B, T, C), and back. Under autocast its four
   (forward) and eight (backward) batched products run in 16 bits; the softmax and its backward stay fp32.
+  With an :class:`AttentionDropout` the probabilities are dropped before P V (nanoGPT's ``attn_dropout``, the
+  learner's ``dropout_apply``); the backward draws the same mask again instead of keeping the dropped P.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from minitorch import dtypes
 from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch, real
+from minitorch.ops.dropout import dropout as _dropout
 from minitorch.ops.linalg import product_dtype, tensor_core_bmm
 from minitorch.ops.precision import convert
 from minitorch.ops.shape import reshape
@@ -170,9 +173,22 @@ def merge_heads(*ys: Tensor) -> Tensor:
     return Tensor(out, device)
 
 
-def attention(qkv: Tensor, n_head: int, compute_dtype: Any = None) -> tuple[Tensor, tuple[Tensor, ...]]:
+class AttentionDropout(NamedTuple):
+    """The dropout of attention's probabilities: element i of P (B H, T, T) is kept when the Philox uniform
+    u_i under ``seed`` at stream ``step[0] << 16`` is at least ``p`` (minitorch.ops.dropout, site 0);
+    ``step_used`` (one int64) receives the step the kernel read, so a backward regenerates that mask."""
+
+    p: float
+    seed: int
+    step: Any
+    step_used: Any
+
+
+def attention(qkv: Tensor, n_head: int, compute_dtype: Any = None,
+              dropout: AttentionDropout | None = None) -> tuple[Tensor, tuple[Tensor, ...]]:
     """Causal multi-head self-attention of qkv (B, T, 3C), Q | K | V side by side: (y (B, T, C), saved),
-    saved = (q, k, v, probs) for attention_backward. ``compute_dtype``: the products' format, as bmm's."""
+    saved = (q, k, v, probs) for attention_backward (probs before any dropout). ``compute_dtype``: the
+    products' format, as bmm's. ``dropout``: P V becomes dropout(P) V."""
     check_tensors("attention", qkv=qkv)
     if qkv.ndim != 3 or qkv.shape[2] % (3 * n_head):
         raise ValueError(f"attention: qkv must be (B, T, 3C) with C a multiple of n_head = {n_head}, "
@@ -184,13 +200,18 @@ def attention(qkv: Tensor, n_head: int, compute_dtype: Any = None) -> tuple[Tens
     scores = bmm(reshape(q, flat), reshape(k, flat), transpose_b=True,  # Q Kᵀ: (B H, T, T)
                  compute_dtype=compute_dtype)
     probs = attention_softmax(scores, 1.0 / math.sqrt(d))                # fp32, under autocast too
-    y = bmm(probs, reshape(v, flat), compute_dtype=compute_dtype)       # P V: (B H, T, D)
+    kept = probs if dropout is None else _dropout(probs, dropout.p, dropout.seed, 0, dropout.step,
+                                                  dropout.step_used)
+    y = bmm(kept, reshape(v, flat), compute_dtype=compute_dtype)        # P V: (B H, T, D)
     return merge_heads(reshape(y, (batch, n_head, t, d))), (q, k, v, probs)
 
 
-def attention_backward(grad_y: Tensor, saved: tuple[Tensor, ...], compute_dtype: Any = None) -> Tensor:
+def attention_backward(grad_y: Tensor, saved: tuple[Tensor, ...], compute_dtype: Any = None,
+                       dropout: AttentionDropout | None = None) -> Tensor:
     """The gradient of qkv (B, T, 3C) from that of y (B, T, C) and attention's saved tensors;
-    ``compute_dtype``: the products' format (the autograd Function passes the forward's)."""
+    ``compute_dtype``: the products' format (the autograd Function passes the forward's). ``dropout``: the
+    forward's, its ``step`` the step the forward recorded (and ``step_used`` a scratch slot): the mask is
+    drawn again, dP = mask ⊙ (dY Vᵀ) / (1 - p) and dV = (mask ⊙ P / (1 - p))ᵀ dY."""
     q, k, v, probs = saved
     batch, n_head, t, d = q.shape
     flat = (batch * n_head, t, d)
@@ -198,7 +219,11 @@ def attention_backward(grad_y: Tensor, saved: tuple[Tensor, ...], compute_dtype:
     g = reshape(grad_heads, flat)
     c = compute_dtype
     grad_probs = bmm(g, reshape(v, flat), transpose_b=True, compute_dtype=c)        # dP = dY Vᵀ
-    grad_v = bmm(probs, g, transpose_a=True, compute_dtype=c)                       # dV = Pᵀ dY
+    kept = probs
+    if dropout is not None:  # the forward's mask, regenerated: on the gradient of P, and on P for dV
+        drop = (dropout.p, dropout.seed, 0, dropout.step, dropout.step_used)
+        grad_probs, kept = _dropout(grad_probs, *drop), _dropout(probs, *drop)
+    grad_v = bmm(kept, g, transpose_a=True, compute_dtype=c)                        # dV = Pᵀ dY
     grad_scores = attention_softmax_backward(probs, grad_probs, 1.0 / math.sqrt(d))
     grad_q = bmm(grad_scores, reshape(k, flat), compute_dtype=c)                    # dQ = dS K
     grad_k = bmm(grad_scores, reshape(q, flat), transpose_a=True, compute_dtype=c)  # dK = dSᵀ Q
