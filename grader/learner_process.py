@@ -1181,11 +1181,12 @@ def _time_sets(log: list, found: dict[int, Any], *, what: str, reps: int) -> flo
     reps = max(2, min(reps, int(_replay_budget() // nbytes) - 3, int(REPLAY_SECONDS / max(once, 1e-6))))
 
     def prestate(r: int, i: int, key: int) -> Any:
-        """Set `i`'s array `key` before round `r`'s calls: read-only floats scaled by a factor of its own."""
+        """Set `i`'s array `key` before round `r`'s calls: the arrays the calls only read made new (_fresh_contents),
+        those they write as the warm-up left them."""
         a = warm[key]
-        if key in written or np.dtype(a.dtype).kind != "f":
+        if key in written:
             return _device_copy(a)
-        return _scaled(a, 1.0 + (r * reps + i + 1) / (2.0 * reps * (REPLAY_ROUNDS + 1)))
+        return _fresh_contents(a, r * reps + i + 1, reps * (REPLAY_ROUNDS + 1))
 
     def fill(r: int, sets: list[dict[int, Any]], indices: list[int]) -> None:
         for i, subst in zip(indices, sets, strict=True):
@@ -1336,12 +1337,46 @@ def _copy_into(dst: Any, src: Any) -> None:
         dst.set(np.ascontiguousarray(_host(src)))
 
 
+def _is_16bit_float(dtype: Any) -> bool:
+    """float16, or uint16: the bits of bfloat16 (minitorch.dtypes: no course array holds uint16 for anything else)."""
+    dt = np.dtype(dtype)
+    return dt == np.float16 or dt == np.uint16
+
+
+def _fresh_contents(a: Any, n: int, count: int) -> Any:
+    """New contents for an array the timed calls only read, the `n`-th of `count` (n >= 1 numbers the set and the
+    round): 32- and 64-bit floats scaled by 1 + n / (2 count), 16-bit floats (float16, bfloat16's bits) rotated by
+    n places (a factor that close to 1 rounds back to the same value in 8 or 11 bits of mantissa: sets would repeat,
+    and a result kept from one would pass for the next), anything else (integers: indices, sizes) copied."""
+    from minitorch import backend
+
+    kind = np.dtype(a.dtype).kind
+    if _is_16bit_float(a.dtype):
+        if a.size < 2:
+            return _device_copy(a)
+        if backend.get_device() == "cuda":
+            import cupy
+
+            return cupy.roll(a.reshape(-1), n % a.size).reshape(a.shape)
+        return backend.asarray(np.roll(np.ascontiguousarray(_host(a)).reshape(-1), n % a.size).reshape(a.shape))
+    if kind == "f":
+        return _scaled(a, 1.0 + n / (2.0 * count))
+    return _device_copy(a)
+
+
 def _scaled(a: Any, factor: float) -> Any:
     from minitorch import backend
 
     if backend.get_device() == "cuda":
         return (a * factor).astype(a.dtype)
     return backend.asarray((_host(a) * factor).astype(a.dtype))
+
+
+def _as_values(x: Any, xp: Any) -> Any:
+    """float64 values of a flat array: bfloat16's bits (uint16) read as the numbers they encode."""
+    if np.dtype(x.dtype) == np.uint16:
+        x = (x.astype(xp.uint32) << 16).view(xp.float32)
+    return x.astype(xp.float64)
 
 
 def _require_same(timed: Any, again: Any, what: str) -> None:
@@ -1351,12 +1386,13 @@ def _require_same(timed: Any, again: Any, what: str) -> None:
     if _judge_uses_ipc() and np.dtype(timed.dtype).kind != "b":  # compared on the device: arrays of 256 MiB
         import cupy
 
-        a, b = timed.reshape(-1).astype(cupy.float64), again.reshape(-1).astype(cupy.float64)
+        a, b = _as_values(timed.reshape(-1), cupy), _as_values(again.reshape(-1), cupy)
         finite = cupy.isfinite(b)
         scale = float(cupy.abs(cupy.where(finite, b, 0)).max()) if b.size else 0.0
         if bool(cupy.isclose(a, b, rtol=1e-3, atol=1e-4 * scale, equal_nan=True).all()):
             return
-    got, want = np.asarray(_host(timed), np.float64).reshape(-1), np.asarray(_host(again), np.float64).reshape(-1)
+    got = _as_values(np.ascontiguousarray(_host(timed)).reshape(-1), np)
+    want = _as_values(np.ascontiguousarray(_host(again)).reshape(-1), np)
     with np.errstate(invalid="ignore"):
         scale = float(np.nanmax(np.abs(want[np.isfinite(want)]))) if np.isfinite(want).any() else 0.0
         same = np.isclose(got, want, rtol=1e-3, atol=1e-4 * scale, equal_nan=True)
@@ -1474,7 +1510,7 @@ def _plain(v: Any) -> bool:
 
 
 def _run(header: dict, args: tuple, kwargs: dict) -> Any:
-    from minitorch import backend, graph, kernels
+    from minitorch import graph, kernels
 
     op = header.get("op")
     if op == "load_module":
@@ -1532,8 +1568,21 @@ def _run(header: dict, args: tuple, kwargs: dict) -> Any:
         with kernels.unrecorded():
             return graph.capture(fn) and None
     result = fn()
-    backend.synchronize()
+    _finish_device_work()
     return result
+
+
+def _finish_device_work() -> None:
+    """Wait for every kernel the call launched, on any stream: the reply (and with it the judge's clock around a
+    timed request) must not come before work the learner's code left running on a stream of its own."""
+    from minitorch import backend
+
+    if backend.get_device() == "cuda":
+        import cupy
+
+        cupy.cuda.runtime.deviceSynchronize()
+    else:
+        backend.synchronize()
 
 
 def _step(step: Any, resolved: dict[str, Any]) -> Any:

@@ -25,7 +25,9 @@ from tests.grader.test_grader_tamper import (
     SLEEP,
     WHERE_AM_I,
     assert_all_fail_on_values,
+    check_16bit_timing_catches_a_kept_result,
     grade,
+    learner_session,
     solution_sources,
     tampered,
 )
@@ -109,18 +111,11 @@ def test_a_cached_result_fails_a_timed_check_on_cuda(tmp_path, monkeypatch):
     only when timed fails the untimed re-run."""
     import cupy
 
-    from grader import checks, learner_process
-    from minitorch import backend, kernels
+    from grader import checks
 
-    monkeypatch.setenv("MINITORCH_WORKSPACE", str(tmp_path))
-    monkeypatch.setenv("MINITORCH_DEVICE", "cuda")
-    previous = backend.get_device()
-    backend.set_device("cuda")
-    try:
+    with learner_session(tmp_path, monkeypatch, "cuda") as learner_process:
         files = solution_sources()
-        (tmp_path / "memory.cu").write_text(files["memory.cu"])
         (tmp_path / "memory.py").write_text(files["memory.py"] + "\n" + PATCH_TIMER)  # its own timers patched
-        kernels.set_learner_loaders(learner_process.load_module, learner_process.load_kernel)
         module = learner_process.load_module("memory.py")
         n = 1 << 26
         src, dst = cupy.arange(n, dtype=cupy.float32), cupy.zeros(n, cupy.float32)
@@ -145,9 +140,43 @@ def test_a_cached_result_fails_a_timed_check_on_cuda(tmp_path, monkeypatch):
         module = learner_process.load_module("memory.py")
         with pytest.raises(checks.GradeError, match="run again untimed"):
             learner_process.time_replayed(lambda: module.copy(src, dst), what="copy")
-    finally:
-        learner_process.uninstall()
-        backend.set_device(previous)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_kept_result_fails_a_16bit_timing_on_cuda(tmp_path, monkeypatch, dtype):
+    """As on the emulator, at a size where a timing takes many sets: every set's 16-bit inputs are new."""
+    with learner_session(tmp_path, monkeypatch, "cuda") as learner_process:
+        check_16bit_timing_catches_a_kept_result(learner_process, tmp_path, dtype, 1 << 22, reps=200)
+
+
+# A copy that leaves work running on a stream of its own and returns at once: the reply must wait for it
+SIDE_STREAM = """
+import cupy
+_spin = cupy.RawKernel(r'''
+extern "C" __global__ void spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}''', "spin")
+_side = cupy.cuda.Stream(non_blocking=True)
+_honest_copy = copy
+def copy(src, dst):
+    _honest_copy(src, dst)
+    with _side:
+        _spin((1,), (1,), (cupy.int64(40_000_000),))  # about 20 ms at 2 GHz, on the other stream
+"""
+
+
+def test_work_left_on_another_stream_is_timed_on_cuda(tmp_path, monkeypatch):
+    """A launcher cannot make its calls look fast by leaving their kernels running on a stream of its own: the
+    learner process replies once its whole device is idle, so the judge's clock counts them."""
+    import cupy
+
+    with learner_session(tmp_path, monkeypatch, "cuda") as learner_process:
+        (tmp_path / "memory.py").write_text(solution_sources()["memory.py"] + "\n" + SIDE_STREAM)
+        module = learner_process.load_module("memory.py")
+        src, dst = cupy.arange(1 << 20, dtype=cupy.float32), cupy.zeros(1 << 20, cupy.float32)
+        seconds = learner_process.time_replayed(lambda: module.copy(src, dst), what="copy", reps=8)
+        assert seconds > 0.01, seconds  # the spin counted (a copy of 4 MiB alone takes microseconds)
 
 
 def _request_seconds(learner_process) -> float:
