@@ -127,8 +127,9 @@ def tampered(extra: str, fill_line: str | None = WRONG_FILL, case: Case = CASES[
 
 def grade(tmp_path: Path, files: dict[str, str], *, isolation: bool = True, select: str = FILL_TESTS,
           timeout: float = 60, phase: str = "phase1", device: str = "emu") -> dict:
-    """`grader check <phase>` of the tests `select` picks (never a pass of the phase: only some tests ran)."""
-    env = {} if isolation else {"GRADER_ISOLATION": "0"}
+    """`grader check <phase>` of the tests `select` picks (never a pass of the phase: only some tests ran), with the
+    learner's code isolated (on a GPU too, whatever tests_step.CUDA_ISOLATED_PHASES says) or not."""
+    env = {"GRADER_ISOLATION": "1" if isolation else "0"}
     return grade_workspace(tmp_path, phase, files, "--no-notebook", "-k", select, timeout=timeout, env_extra=env,
                            device=device)
 
@@ -141,11 +142,11 @@ def assert_all_fail_on_values(report: dict, prefix: str = FILL_TESTS, words: str
 
 
 def grade_case(tmp_path: Path, phase: str, extra: str, *, honest: bool = False, isolation: bool = True,
-               one: bool = False, timeout: float = 60) -> tuple[Case, dict]:
+               one: bool = False, timeout: float = 60, device: str = "emu") -> tuple[Case, dict]:
     case = CASES[phase]
     files = tampered(extra, case.honest if honest else None, case)
     return case, grade(tmp_path, files, isolation=isolation, select=case.one if one else case.tests, timeout=timeout,
-                       phase=phase)
+                       phase=phase, device=device)
 
 
 # (1) a launcher module that makes the checks it expects to face pass

@@ -27,6 +27,7 @@ from tests.grader.test_grader_tamper import (
     assert_all_fail_on_values,
     check_16bit_timing_catches_a_kept_result,
     grade,
+    grade_case,
     learner_session,
     solution_sources,
     tampered,
@@ -77,6 +78,45 @@ def test_honest_reference_passes_isolated_on_cuda(tmp_path):
     assert any(c["name"].startswith("test_perf_copy") and c["result"] == "PASS" for c in report["checks"])
     imports = marker.read_text().splitlines()
     assert imports and all(line.endswith(" 1") for line in imports), imports  # never in the judge
+
+
+# The phases after 2 on a GPU, graded isolated (GRADER_ISOLATION=1, as grade() asks): Tensors and their tapes
+# (3b's backprop.py), the learner's objects and the judge's callbacks (5's CachingPool), captured graphs replayed by
+# helpers (5, 7, 8a), half-precision arrays (8a, 8b), all reaching the judge's memory through CUDA IPC handles.
+LATER_PHASES = ["phase3b", "phase5", "phase7", "phase8a", "phase8b"]
+
+
+@pytest.mark.parametrize("phase", LATER_PHASES)
+def test_honest_reference_of_a_later_phase_passes_isolated_on_cuda(tmp_path, phase):
+    case = CASES[phase]
+    files = solution_sources(case)
+    marker = tmp_path / "imported-by.txt"
+    files[case.module] += WHERE_AM_I.format(path=str(marker))
+    report = grade(tmp_path, files, select=HONEST_SELECTION[phase], phase=phase, device="cuda", timeout=120)
+    assert all(c["result"] in ("PASS", "SKIP", "NOT MEASURED", "INFO") for c in report["checks"]), report["checks"]
+    assert report["isolated"]
+    imports = marker.read_text().splitlines()
+    assert imports and all(line.endswith(" 1") for line in imports), imports  # never in the judge
+
+
+@pytest.mark.parametrize("phase", ["phase3b", "phase7"])
+@pytest.mark.parametrize("trick", ["patch_checks", "rewrite_pytest"])
+def test_tricks_change_nothing_the_judge_runs_in_a_later_phase_on_cuda(tmp_path, phase, trick):
+    case, report = grade_case(tmp_path, phase, GPU_TRICKS[trick], device="cuda")
+    assert report["isolated"]
+    assert_all_fail_on_values(report, case.prefix, case.values_words)
+
+
+@pytest.mark.parametrize("phase", ["phase3b", "phase7"])
+def test_forged_results_and_sleep_in_a_later_phase_on_cuda(tmp_path, phase):
+    for name in ("forged", "sleep"):
+        (tmp_path / name).mkdir()
+    case, report = grade_case(tmp_path / "forged", phase, FORGE_RESULTS, honest=True, one=True, device="cuda")
+    found = results(report, case.prefix)
+    assert found and all(c["result"] == "CRASH" and "died" in c["reason"] for c in found), found
+    case, report = grade_case(tmp_path / "sleep", phase, SLEEP, honest=True, one=True, timeout=4, device="cuda")
+    found = results(report, case.prefix)
+    assert [c["result"] for c in found].count("TIMEOUT") == 1, found
 
 
 @pytest.mark.parametrize("trick", list(GPU_TRICKS))
