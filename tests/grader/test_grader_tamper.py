@@ -819,3 +819,38 @@ def test_the_learner_process_is_stopped_while_the_judge_writes_a_rounds_inputs(l
         assert state() == "T"
     assert state() in ("S", "R")
     assert learner_process.load_module("pid.py").pid() == pid  # it answers again
+
+
+def test_replays_of_records_keep_the_mappings_of_their_call(monkeypatch):
+    """On a GPU a record's replay must find the judge's arrays where the recorded call found them (a launcher may
+    put a device address into data: rung 6's tensor maps): inside mappings_kept() every request leaves its
+    mappings open and each allocation keeps one IPC handle; on leaving, one request closes them. (The requests are
+    looked at here, not sent: CUDA IPC needs a GPU; test_grader_tamper_gpu.py runs it.)"""
+    from grader import learner_process
+    from minitorch import kernels
+
+    sent: list[dict] = []
+
+    def request(header, encoder):
+        sent.append(header)
+        return {"slots": [], "result": None}, []
+
+    monkeypatch.setattr(learner_process._process, "request", request)
+    monkeypatch.setattr(learner_process._process, "alive", lambda: True)
+    monkeypatch.setattr(learner_process, "_judge_uses_ipc", lambda: True)
+    monkeypatch.setattr(learner_process, "_synchronize_device", lambda: None)
+    monkeypatch.setattr(kernels, "learner_code_elsewhere", lambda: True)
+    call = {"op": "call", "file": "memory.py", "name": "fill"}
+    learner_process._call(dict(call), (), {}, "before")
+    with learner_process.mappings_kept():
+        assert learner_process._timing_handles == {}  # one handle per allocation while kept
+        learner_process._call(dict(call), (), {}, "the call")
+        with learner_process.mappings_kept():  # nested: the outer one decides
+            learner_process._call({"op": "launch", "file": "memory.cu", "function": "fill", "grid": [1],
+                                   "block": [1]}, (), {}, "a replay")
+        learner_process._call(dict(call), (), {}, "another replay")
+    assert learner_process._timing_handles is None
+    learner_process._call(dict(call), (), {}, "after")
+    assert [(h["what"], bool(h.get("keep_mapped")), bool(h.get("dry"))) for h in sent] == [
+        ("before", False, False), ("the call", True, False), ("a replay", True, False),
+        ("another replay", True, False), ("arrays unmapped", False, True), ("after", False, False)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 
 import numpy as np
 import pytest
@@ -244,3 +245,44 @@ def _fresh_copies(reps: int, n: int) -> float:
         cupy.cuda.Device().synchronize()
         best = min(best, (time.perf_counter() - start) / reps)
     return best
+
+
+# A launcher that passes a device address as data (as rung 6's tensor maps do): `touch` takes the input, `read_at`
+# reads it through the address alone
+INDIRECT_CU = r"""
+extern "C" __global__ void touch(const float* src) { }
+extern "C" __global__ void read_at(unsigned long long address, float* out, long long n) {
+    const float* src = (const float*)address;
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 2.0f * src[i];
+}
+"""
+INDIRECT_PY = """
+import numpy as np
+from minitorch.kernels import load_kernel
+def double(src, out):
+    n = int(src.size)
+    load_kernel("indirect.cu", "touch")((1,), (1,), (src,))
+    load_kernel("indirect.cu", "read_at")(((n + 255) // 256,), (256,), (np.uint64(src.data.ptr), out, np.int64(n)))
+"""
+
+
+def test_a_replay_finds_the_arrays_where_its_call_did_on_cuda(tmp_path, monkeypatch):
+    """checks.assert_computed_on_device replays each record in a request of its own: the judge's arrays must be at
+    the addresses the recorded call saw (kept mapped until the replays are done), or a launch that reads through
+    an address it was given as data reads unmapped memory."""
+    import cupy
+
+    from grader import checks
+
+    with learner_session(tmp_path, monkeypatch, "cuda") as learner_process:
+        (tmp_path / "indirect.cu").write_text(INDIRECT_CU)
+        (tmp_path / "indirect.py").write_text(INDIRECT_PY)
+        module = learner_process.load_module("indirect.py")
+        kept = []  # each round another input allocation (the earlier ones alive), mapped elsewhere
+        for _ in range(3):
+            src, out = cupy.arange(1000, dtype=cupy.float32), cupy.zeros(1000, cupy.float32)
+            kept.append(src)
+            checks.assert_computed_on_device("double", partial(module.double, src, out), inputs=(src,),
+                                             outputs=(out,))
+            np.testing.assert_array_equal(out.get(), 2 * np.arange(1000, dtype=np.float32))
