@@ -174,6 +174,7 @@ class Encoder:
         self._base_of: dict[tuple, int] = {}  # (address, nbytes) -> the first slot there
         self.with_contents = with_contents
         self.tensors: list[Any] = []          # the Tensor of each node
+        self.staged: list[tuple[Any, Any]] = []  # (a judge's array without an IPC handle, the copy sent instead)
         self.nodes: list[Any] = []            # each tensor's encoding (its data, grad, grad_fn: a graph)
         self._tensor_of: dict[int, int] = {}  # id(tensor) -> node
 
@@ -210,10 +211,18 @@ class Encoder:
         key = ("ipc", _address(a), str(a.dtype), tuple(a.shape), tuple(a.strides))
         slot = self._slot_of.get(key)
         if slot is None:
-            base, handle = cuda_ipc_handle(_address(a), self._handles)
+            sent = a
+            try:
+                base, handle = cuda_ipc_handle(_address(a), self._handles)
+            except TransportError:
+                # memory CUDA cannot share (cudaMallocAsync's pools, a framework's virtual-memory segments): a copy
+                # in memory it can travels, and is copied back after the reply (_call)
+                sent = _staged_copy(a)
+                self.staged.append((a, sent))
+                base, handle = cuda_ipc_handle(_address(sent))  # (not kept: the copy goes with this request)
             slot = self._slot_of[key] = len(self.slots)  # type: ignore[index]
-            self.slots.append({"dtype": str(a.dtype), "shape": list(a.shape), "strides": list(a.strides), "b": None,
-                               "ipc": handle.hex(), "off": _address(a) - base})
+            self.slots.append({"dtype": str(a.dtype), "shape": list(sent.shape), "strides": list(sent.strides),
+                               "b": None, "ipc": handle.hex(), "off": _address(sent) - base})
             self.arrays.append(a)
         return slot
 
@@ -519,10 +528,23 @@ def cuda_ipc_handle(ptr: int, known: dict[int, bytes] | None = None) -> tuple[in
     start = int(base.value)
     handle = None if known is None else known.get(start)
     if handle is None:
-        handle = bytes(cupy.cuda.runtime.ipcGetMemHandle(start))
+        try:
+            handle = bytes(cupy.cuda.runtime.ipcGetMemHandle(start))
+        except cupy.cuda.runtime.CUDARuntimeError as err:
+            raise TransportError(f"the device allocation at {start:#x} has no CUDA IPC handle ({err})") from None
         if known is not None:
             known[start] = handle
     return start, handle
+
+
+def _staged_copy(a: Any) -> Any:
+    """A copy of the device array `a` in memory of CuPy's default pool (cudaMalloc: shareable by IPC handle)."""
+    import cupy
+
+    memory = cupy.cuda.Memory(max(1, int(a.nbytes)))  # cudaMalloc itself: whatever allocator the process has set
+    copy = cupy.ndarray(a.shape, a.dtype, cupy.cuda.MemoryPointer(memory, 0))
+    cupy.copyto(copy, a)
+    return copy
 
 
 def _mapped_array(slot: dict) -> Any:
@@ -940,6 +962,11 @@ def _call(header: dict, args: tuple, kwargs: dict, what: str) -> Any:
     if ipc and not capture:  # the judge's writes to the arrays done before the learner's kernels read them
         _synchronize_device()
     reply, buffers = _process.request(header, encoder)
+    if encoder.staged and not capture:  # what the call wrote into the copies, into the judge's arrays
+        import cupy
+
+        for judge_array, sent in encoder.staged:
+            cupy.copyto(judge_array, sent)
     if reply.get("warnings"):
         _rewarn(reply["warnings"])
     # Arrays the call changed are written back; arrays new to the judge (a returned array, a launcher's scratch

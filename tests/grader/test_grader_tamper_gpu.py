@@ -286,3 +286,21 @@ def test_a_replay_finds_the_arrays_where_its_call_did_on_cuda(tmp_path, monkeypa
             checks.assert_computed_on_device("double", partial(module.double, src, out), inputs=(src,),
                                              outputs=(out,))
             np.testing.assert_array_equal(out.get(), 2 * np.arange(1000, dtype=np.float32))
+
+
+def test_an_array_cuda_cannot_share_travels_as_a_copy_on_cuda(tmp_path, monkeypatch):
+    """An array in memory without a CUDA IPC handle (cudaMallocAsync's pool here; a framework's virtual-memory
+    segments alike) is sent as a copy in shareable memory, and what the call wrote comes back into it."""
+    import cupy
+
+    with learner_session(tmp_path, monkeypatch, "cuda") as learner_process:
+        (tmp_path / "memory.py").write_text(solution_sources()["memory.py"])
+        module = learner_process.load_module("memory.py")
+        pool = cupy.cuda.MemoryAsyncPool()
+        out = cupy.ndarray((1000,), cupy.float32, pool.malloc(4000))
+        src = cupy.ndarray((1000,), cupy.float32, pool.malloc(4000))
+        src[...] = cupy.arange(1000, dtype=cupy.float32)
+        module.fill(out, 2.5)
+        np.testing.assert_array_equal(out.get(), np.full(1000, 2.5, np.float32))
+        module.copy(src, out)
+        np.testing.assert_array_equal(out.get(), np.arange(1000, dtype=np.float32))
