@@ -1441,23 +1441,35 @@ def _as_values(x: Any, xp: Any) -> Any:
     return x.astype(xp.float64)
 
 
+def _same_rtol(dtype: Any) -> float:
+    """How far two runs of one call may differ (kernels with atomics add in any order, then round): 1e-3, or two
+    units in the last place of a 16-bit result (bfloat16's 8 significant bits, float16's 11)."""
+    dt = np.dtype(dtype)
+    if dt == np.uint16:  # bfloat16's bits
+        return 2.0 ** -6
+    if dt == np.float16:
+        return 2.0 ** -9
+    return 1e-3
+
+
 def _require_same(timed: Any, again: Any, what: str) -> None:
     """The device arrays `timed` and `again` hold the same values (close: kernels with atomics add in any order)."""
     from grader.checks import GradeError
 
+    rtol = _same_rtol(timed.dtype)
     if _judge_uses_ipc() and np.dtype(timed.dtype).kind != "b":  # compared on the device: arrays of 256 MiB
         import cupy
 
         a, b = _as_values(timed.reshape(-1), cupy), _as_values(again.reshape(-1), cupy)
         finite = cupy.isfinite(b)
         scale = float(cupy.abs(cupy.where(finite, b, 0)).max()) if b.size else 0.0
-        if bool(cupy.isclose(a, b, rtol=1e-3, atol=1e-4 * scale, equal_nan=True).all()):
+        if bool(cupy.isclose(a, b, rtol=rtol, atol=1e-4 * scale, equal_nan=True).all()):
             return
     got = _as_values(np.ascontiguousarray(_host(timed)).reshape(-1), np)
     want = _as_values(np.ascontiguousarray(_host(again)).reshape(-1), np)
     with np.errstate(invalid="ignore"):
         scale = float(np.nanmax(np.abs(want[np.isfinite(want)]))) if np.isfinite(want).any() else 0.0
-        same = np.isclose(got, want, rtol=1e-3, atol=1e-4 * scale, equal_nan=True)
+        same = np.isclose(got, want, rtol=rtol, atol=1e-4 * scale, equal_nan=True)
     if not same.all():
         j = int(np.flatnonzero(~same)[0])
         raise GradeError(f"{what} holds {got[j]!r} at index {j} where the same call on the same inputs, run again "
