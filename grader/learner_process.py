@@ -503,6 +503,7 @@ _timing_handles: dict[int, bytes] | None = None  # judge: the IPC handles of a t
 _mapped: dict[str, int] = {}  # learner process: IPC handle (hex) -> the address of its mapping
 _views: dict[tuple, Any] = {}  # learner process: (handle, offset, dtype, shape, strides) -> its array, while mapped
 _prepared: dict[str, list] = {}  # learner process: a timing's calls, ready to run again on its mapped arrays
+_prepared_graphs: dict[str, Any] = {}  # learner process: those calls captured into one graph, when they can be
 
 
 def _driver() -> Any:
@@ -573,6 +574,7 @@ def _mapped_array(slot: dict) -> Any:
 
 def _unmap_all() -> None:
     """Close every IPC mapping (after the learner's work on them is done)."""
+    _prepared_graphs.clear()  # (first: a graph launches kernels on the mapped memory)
     _views.clear()
     _prepared.clear()
     if not _mapped:
@@ -1263,6 +1265,7 @@ def _time_sets(log: list, found: dict[int, Any], *, what: str, reps: int) -> flo
     # sets, which the judge rewrites): a timed request carries no arguments to decode, only the word to run them.
     fill(0, sets, list(range(reps)))
     warm_up = _replay(log, sets, what=f"{what} x {reps} (untimed)", keep_mapped=ipc, prepare=ipc)
+    as_graph = ipc and isinstance(last_replay_answer, dict) and bool(last_replay_answer.get("graph"))
     seconds = []
     for r in range(1, REPLAY_ROUNDS + 1):
         # the learner process, which has the sets mapped, is stopped while the judge writes them: no thread of its own
@@ -1274,7 +1277,7 @@ def _time_sets(log: list, found: dict[int, Any], *, what: str, reps: int) -> flo
     if ipc:  # the mappings closed, untimed
         _replay(log, [], what=f"{what} (arrays unmapped)", dry=True)
     last_timing.clear()
-    last_timing.update(reps=reps, once=once, warm_up=warm_up, rounds=seconds, nbytes=nbytes)
+    last_timing.update(reps=reps, once=once, warm_up=warm_up, rounds=seconds, nbytes=nbytes, graph=as_graph)
     checked = sorted({0, reps - 1, *random.SystemRandom().sample(range(reps), min(2, reps))})
     for i in checked:
         again = {key: _device_empty_like(a) for key, a in found.items()}
@@ -1298,15 +1301,19 @@ def _replay(log: list, sets: list[dict[int, Any]], *, what: str, dry: bool = Fal
     """Run the logged calls once per set (each set: id of a logged array -> the array standing in for it; an empty
     set: the logged arrays themselves), in one request; returns the seconds the request took by the judge's clock.
     `prepare`: the learner process keeps the calls; `prepared`: it runs the calls it kept (nothing is sent)."""
+    global last_replay_answer
     header: dict[str, Any] = {"op": "sequence", "dry": dry, "keep_mapped": keep_mapped}
     if prepared:
-        _call({**header, "prepared": PREPARED}, ([],), {}, what)
+        last_replay_answer = _call({**header, "prepared": PREPARED}, ([],), {}, what)
         return _process.last_seconds
     if prepare:
         header["prepare"] = PREPARED
     steps = [[target, list(_swap(args, subst)), _swap(kwargs, subst)] for subst in sets for target, args, kwargs in log]
-    _call(header, (steps,), {}, what)
+    last_replay_answer = _call(header, (steps,), {}, what)
     return _process.last_seconds
+
+
+last_replay_answer: Any = None  # judge: what the latest _replay's request answered ({"graph": bool} when prepared)
 
 
 def _swap(v: Any, subst: dict[int, Any]) -> Any:
@@ -1615,24 +1622,36 @@ def _run(header: dict, args: tuple, kwargs: dict) -> Any:
         sets = args[0] if args else []
         fn = lambda: [target(*a, **k) for a, k in sets]  # noqa: E731
     elif op == "sequence":  # replays of the learner's calls a timing made (time_replayed); nothing between them
-        if header.get("prepared") is not None:  # the calls of an earlier request, on the same mapped arrays
-            steps = _prepared.get(str(header["prepared"]))
+        prepare, prepared, dry = header.get("prepare"), header.get("prepared"), bool(header.get("dry"))
+        captured = None
+        if prepared is not None:  # the calls of an earlier request, on the same mapped arrays
+            steps = _prepared.get(str(prepared))
             if steps is None:
-                raise LearnerProcessError(f"no prepared sequence {header['prepared']!r} in the learner's process")
+                raise LearnerProcessError(f"no prepared sequence {prepared!r} in the learner's process")
+            captured = _prepared_graphs.get(str(prepared))
         else:
             resolved: dict[str, Any] = {}
             steps = [_step(step, resolved) for step in (args[0] if args else [])]
-            if header.get("prepare") is not None:
-                _prepared[str(header["prepare"])] = steps
-        if header.get("dry"):  # only the arrays mapped (or unmapped), nothing run
-            steps = []
+            if prepare is not None:
+                _prepared[str(prepare)] = steps
+        if dry:  # only the arrays mapped (or unmapped), nothing run
+            steps, captured = [], None
 
-        def fn() -> None:
+        def fn() -> dict | None:
             from grader.checks import _async_launches
 
             with _async_launches():
-                for step in steps:
-                    step()
+                if captured is not None:
+                    captured.replay()
+                else:
+                    for step in steps:
+                        step()
+                if prepare is not None and steps:  # after the untimed run: the timed rounds replay one graph
+                    graph_of = _capture_steps(steps)
+                    if graph_of is not None:
+                        _prepared_graphs[str(prepare)] = graph_of
+                    return {"graph": graph_of is not None}
+            return None if prepared is None else {"graph": captured is not None}
     elif op == "helper":
         target = _grader_helper(header.get("module"), header.get("name"))
         fn = lambda: target(*args, **kwargs)  # noqa: E731
@@ -1657,6 +1676,26 @@ def _finish_device_work() -> None:
         cupy.cuda.runtime.deviceSynchronize()
     else:
         backend.synchronize()
+
+
+def _capture_steps(steps: list) -> Any:
+    """The prepared calls of a timing captured into one graph (minitorch.graph: CUDA Graphs on a GPU), which the
+    timed rounds replay: the judge's clock then counts their device work, not the Python of the learner's launchers
+    call after call (tens of microseconds each, more than a kernel of a few megabytes takes; outside the learner's
+    process the performance checks hide it too: checks.time_cuda(hide_host_overhead=True)). None when the calls
+    cannot be captured (a launcher that reads a value back or synchronises): they are called one by one. What the
+    graph computes is checked as any timed call's: some sets are made again untimed and compared."""
+    from minitorch import graph, kernels
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    try:
+        with kernels.unrecorded():
+            return graph.capture(run)
+    except Exception:  # noqa: BLE001 - not capturable: the calls are made one by one, as before
+        return None
 
 
 def _step(step: Any, resolved: dict[str, Any]) -> Any:

@@ -783,24 +783,40 @@ def copy(src, dst):
 
 
 
-def test_a_prepared_sequence_runs_the_calls_it_kept(learner):
+# A fill that reads its array back (a synchronisation): it cannot be captured into a graph
+FILL_READ_BACK = """
+_plain_fill = fill
+def fill(out, value):
+    _plain_fill(out, value)
+    out.get()
+"""
+
+
+@pytest.mark.parametrize("capturable", [True, False])
+def test_a_prepared_sequence_runs_the_calls_it_kept(learner, capturable):
     """The timed rounds on a GPU send no arguments: the learner process runs the calls it decoded in the untimed
-    round (on the same mapped arrays), until the judge's request that closes the mappings forgets them."""
+    round (on the same mapped arrays), captured into one graph after that round when they can be (the timed
+    rounds then replay it: no launcher's Python between the kernels) and else one by one, until the judge's
+    request that closes the mappings forgets them."""
     from grader.learner_process import LearnerProcessError
     from minitorch import backend, kernels
 
     learner_process, workspace = learner
-    (workspace / "memory.py").write_text(solution_sources()["memory.py"])
+    extra = "" if capturable else FILL_READ_BACK
+    (workspace / "memory.py").write_text(solution_sources()["memory.py"] + extra)
     learner_process.load_module("memory.py")
     out = backend.zeros(100)
     log = [({"op": "call", "file": "memory.py", "name": "fill"}, (out, 2.5), {})]
     kernels.reset_launch_counts()
     learner_process._replay(log, [{}], what="fill", keep_mapped=True, prepare=True)
+    assert learner_process.last_replay_answer == {"graph": capturable}
     np.testing.assert_array_equal(out.get(), np.full(100, 2.5, np.float32))
-    assert kernels.launch_count("memory.cu", "fill") == 1
+    assert kernels.launch_count("memory.cu", "fill") == 1  # (a capture launches nothing)
     learner_process._replay(log, [], what="fill, prepared", keep_mapped=True, prepared=True)
-    assert kernels.launch_count("memory.cu", "fill") == 2  # ran again there, nothing sent
-    learner_process._replay([], [], what="done", dry=True)  # (closes the mappings, forgets the calls)
+    assert learner_process.last_replay_answer == {"graph": capturable}
+    # ran again there, nothing sent: one by one, a launch counted; a graph's replay is not one of the learner's calls
+    assert kernels.launch_count("memory.cu", "fill") == (1 if capturable else 2)
+    learner_process._replay([], [], what="done", dry=True)  # (closes the mappings, forgets the calls and graph)
     with pytest.raises((RuntimeError, LearnerProcessError), match="no prepared sequence 'timing'"):
         learner_process._replay(log, [], what="fill, prepared", prepared=True)
 
