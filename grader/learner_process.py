@@ -1164,11 +1164,15 @@ def time_replayed(fn: Any, *, what: str, reps: int = 200) -> float | None:
       (another CUDA context), and an interprocess event (``ipcGetEventHandle``) must be made with timing
       disabled, so the only event timings across the two processes would be the learner's own, which it could
       forge. The host clock costs the request's round trip (well under a millisecond), shared by `reps` calls;
-    - each set is fresh, in every round: the arrays the calls only read are the warm-up's scaled by a factor of
-      the set and the round (floats; others copied), those they write start as the warm-up left them. A launcher
-      that keeps a first result, or skips work it saw before, leaves results that belong to other inputs;
+    - each set is fresh, in every round: the arrays the calls only read are the warm-up's made new for the set and
+      the round (_fresh_contents: 32- and 64-bit floats scaled, 16-bit floats rotated, others copied), those they
+      write start as the warm-up left them. A launcher that keeps a first result, or skips work it saw before,
+      leaves results that belong to other inputs;
     - on a GPU the sets are pieces of one allocation, mapped by the learner process in the untimed round (its
-      first touches of that memory are not timed) and closed after the last timed round; the judge writes each
+      first touches of that memory are not timed) and closed after the last timed round; after the untimed round
+      the learner process captures the calls into one graph (_capture_steps), which each timed round replays:
+      the figure is the device's work, as the reference's (checks.time_cuda hides the host's overhead), not the
+      Python of the learner's launchers between kernels; the judge writes each
       round's contents while the learner process is stopped (SIGSTOP), so no thread of it can start on them
       before the judge's clock does. What this leaves open: work the learner's code left running on the GPU
       itself (a kernel spinning on the mapped sets, launched before the stop) could start on a round's inputs
