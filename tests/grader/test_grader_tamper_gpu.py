@@ -190,7 +190,9 @@ def test_a_kept_result_fails_a_16bit_timing_on_cuda(tmp_path, monkeypatch, dtype
         check_16bit_timing_catches_a_kept_result(learner_process, tmp_path, dtype, 1 << 22, reps=200)
 
 
-# A copy that leaves work running on a stream of its own and returns at once: the reply must wait for it
+# A copy that leaves work running on a stream of its own and returns at once: the reply must wait for it. (It reads
+# its output back, as a launcher that synchronises: such calls cannot be captured into the timing's graph and are
+# replayed one by one; in a graph only the capturing stream's work would run, the side stream's not at all.)
 SIDE_STREAM = """
 import cupy
 _spin = cupy.RawKernel(r'''
@@ -204,6 +206,7 @@ def copy(src, dst):
     _honest_copy(src, dst)
     with _side:
         _spin((1,), (1,), (cupy.int64(40_000_000),))  # about 20 ms at 2 GHz, on the other stream
+    dst[:1].get()  # (waits for the copy on this stream only)
 """
 
 
@@ -217,6 +220,7 @@ def test_work_left_on_another_stream_is_timed_on_cuda(tmp_path, monkeypatch):
         module = learner_process.load_module("memory.py")
         src, dst = cupy.arange(1 << 20, dtype=cupy.float32), cupy.zeros(1 << 20, cupy.float32)
         seconds = learner_process.time_replayed(lambda: module.copy(src, dst), what="copy", reps=8)
+        assert learner_process.last_timing["graph"] is False  # replayed one by one
         assert seconds > 0.01, seconds  # the spin counted (a copy of 4 MiB alone takes microseconds)
 
 
