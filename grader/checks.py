@@ -552,9 +552,39 @@ def assert_computed_on_device(what: str, call: Callable[[], Any], inputs: tuple 
     `inputs` are the arrays given to the launcher that it must only read; `outputs` are written (their
     fresh copies start at zero, as do the launcher's own scratch buffers, which are found by address);
     `in_place` are read and written (their fresh copies start at the values they had before the call)."""
-    from minitorch import backend, kernels
+    from grader import learner_process
 
     before = {_pointer(a): to_host(a).copy() for a in in_place}
+    # (isolated on a GPU: the call's arrays stay mapped at the same addresses in the learner's process until the
+    # replays are done, for launches that pass device addresses in data)
+    with learner_process.mappings_kept():
+        fresh = _call_and_replay(what, call, inputs, before)
+    if fresh is None:
+        return
+    for name, a in [(f"output {i}", a) for i, a in enumerate(outputs)] + [
+            (f"in-place argument {i}", a) for i, a in enumerate(in_place)]:
+        replayed = fresh.get(_pointer(a))
+        if replayed is None:
+            raise GradeError(f"{what}: {name} was passed to none of your kernels: it was written another way")
+        got, again = np.asarray(to_host(a), np.float64), np.asarray(to_host(replayed), np.float64).reshape(
+            np.shape(to_host(a)))
+        with np.errstate(invalid="ignore"):
+            same = np.isclose(got, again, rtol=rtol, atol=atol, equal_nan=True)
+        if not same.all():
+            i = int(np.flatnonzero(~same.reshape(-1))[0])
+            raise GradeError(
+                f"{what}: {name} holds values your kernels did not compute: launching the same kernels again "
+                f"gives {again.reshape(-1)[i]!r} at index {i} where the launcher left {got.reshape(-1)[i]!r}. "
+                f"Compute the result on the device, with your kernel; do not write it from the host (NumPy, "
+                f"CuPy, .set(), asarray) after the launch")
+
+
+def _call_and_replay(what: str, call: Callable[[], Any], inputs: tuple,
+                     before: dict[int, np.ndarray]) -> dict[int, Any] | None:
+    """assert_computed_on_device's call and replays: {address: the fresh buffer its launches were replayed into},
+    or None when there is nothing to compare (an address seen with two sizes)."""
+    from minitorch import backend, kernels
+
     with kernels.recording() as launches:
         run_without_host_transfers(what, call)
     if not launches:
@@ -572,28 +602,13 @@ def assert_computed_on_device(what: str, call: Callable[[], Any], inputs: tuple 
                 base = fresh[ptr] = (backend.asarray(before[ptr]) if ptr in before
                                      else backend.zeros(arg.shape, arg.dtype))
             if base.size != arg.size:
-                return  # the same address seen with another size (a slice): nothing this check can compare
+                return None  # the same address seen with another size (a slice): nothing this check can compare
             substitute[id(arg)] = base.reshape(arg.shape)
     backend.synchronize()
     for launch in launches:
         launch.replay(substitute)
     backend.synchronize()
-    for name, a in [(f"output {i}", a) for i, a in enumerate(outputs)] + [
-            (f"in-place argument {i}", a) for i, a in enumerate(in_place)]:
-        replayed = fresh.get(_pointer(a))
-        if replayed is None:
-            raise GradeError(f"{what}: {name} was passed to none of your kernels: it was written another way")
-        got, again = np.asarray(to_host(a), np.float64), np.asarray(to_host(replayed), np.float64).reshape(
-            np.shape(to_host(a)))
-        with np.errstate(invalid="ignore"):
-            same = np.isclose(got, again, rtol=rtol, atol=atol, equal_nan=True)
-        if not same.all():
-            i = int(np.flatnonzero(~same.reshape(-1))[0])
-            raise GradeError(
-                f"{what}: {name} holds values your kernels did not compute: launching the same kernels again "
-                f"gives {again.reshape(-1)[i]!r} at index {i} where the launcher left {got.reshape(-1)[i]!r}. "
-                f"Compute the result on the device, with your kernel; do not write it from the host (NumPy, "
-                f"CuPy, .set(), asarray) after the launch")
+    return fresh
 
 
 def expect_error(what: str, fn: Callable[[], Any], error: type[Exception], *must_name: str) -> None:

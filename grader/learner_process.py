@@ -174,6 +174,7 @@ class Encoder:
         self._base_of: dict[tuple, int] = {}  # (address, nbytes) -> the first slot there
         self.with_contents = with_contents
         self.tensors: list[Any] = []          # the Tensor of each node
+        self.staged: list[tuple[Any, Any]] = []  # (a judge's array without an IPC handle, the copy sent instead)
         self.nodes: list[Any] = []            # each tensor's encoding (its data, grad, grad_fn: a graph)
         self._tensor_of: dict[int, int] = {}  # id(tensor) -> node
 
@@ -210,10 +211,18 @@ class Encoder:
         key = ("ipc", _address(a), str(a.dtype), tuple(a.shape), tuple(a.strides))
         slot = self._slot_of.get(key)
         if slot is None:
-            base, handle = cuda_ipc_handle(_address(a), self._handles)
+            sent = a
+            try:
+                base, handle = cuda_ipc_handle(_address(a), self._handles)
+            except TransportError:
+                # memory CUDA cannot share (cudaMallocAsync's pools, a framework's virtual-memory segments): a copy
+                # in memory it can travels, and is copied back after the reply (_call)
+                sent = _staged_copy(a)
+                self.staged.append((a, sent))
+                base, handle = cuda_ipc_handle(_address(sent))  # (not kept: the copy goes with this request)
             slot = self._slot_of[key] = len(self.slots)  # type: ignore[index]
-            self.slots.append({"dtype": str(a.dtype), "shape": list(a.shape), "strides": list(a.strides), "b": None,
-                               "ipc": handle.hex(), "off": _address(a) - base})
+            self.slots.append({"dtype": str(a.dtype), "shape": list(sent.shape), "strides": list(sent.strides),
+                               "b": None, "ipc": handle.hex(), "off": _address(sent) - base})
             self.arrays.append(a)
         return slot
 
@@ -494,6 +503,7 @@ _timing_handles: dict[int, bytes] | None = None  # judge: the IPC handles of a t
 _mapped: dict[str, int] = {}  # learner process: IPC handle (hex) -> the address of its mapping
 _views: dict[tuple, Any] = {}  # learner process: (handle, offset, dtype, shape, strides) -> its array, while mapped
 _prepared: dict[str, list] = {}  # learner process: a timing's calls, ready to run again on its mapped arrays
+_prepared_graphs: dict[str, Any] = {}  # learner process: those calls captured into one graph, when they can be
 
 
 def _driver() -> Any:
@@ -519,10 +529,23 @@ def cuda_ipc_handle(ptr: int, known: dict[int, bytes] | None = None) -> tuple[in
     start = int(base.value)
     handle = None if known is None else known.get(start)
     if handle is None:
-        handle = bytes(cupy.cuda.runtime.ipcGetMemHandle(start))
+        try:
+            handle = bytes(cupy.cuda.runtime.ipcGetMemHandle(start))
+        except cupy.cuda.runtime.CUDARuntimeError as err:
+            raise TransportError(f"the device allocation at {start:#x} has no CUDA IPC handle ({err})") from None
         if known is not None:
             known[start] = handle
     return start, handle
+
+
+def _staged_copy(a: Any) -> Any:
+    """A copy of the device array `a` in memory of CuPy's default pool (cudaMalloc: shareable by IPC handle)."""
+    import cupy
+
+    memory = cupy.cuda.Memory(max(1, int(a.nbytes)))  # cudaMalloc itself: whatever allocator the process has set
+    copy = cupy.ndarray(a.shape, a.dtype, cupy.cuda.MemoryPointer(memory, 0))
+    cupy.copyto(copy, a)
+    return copy
 
 
 def _mapped_array(slot: dict) -> Any:
@@ -551,6 +574,7 @@ def _mapped_array(slot: dict) -> Any:
 
 def _unmap_all() -> None:
     """Close every IPC mapping (after the learner's work on them is done)."""
+    _prepared_graphs.clear()  # (first: a graph launches kernels on the mapped memory)
     _views.clear()
     _prepared.clear()
     if not _mapped:
@@ -567,6 +591,36 @@ def _unmap_all() -> None:
         except Exception:  # noqa: BLE001
             pass
     _mapped.clear()
+
+
+_keep_mapped = False  # judge: inside mappings_kept(), every request leaves its mappings open
+
+
+@contextlib.contextmanager
+def mappings_kept() -> Any:
+    """On a GPU, every request made inside the block leaves its IPC mappings open in the learner process, and the
+    judge's arrays keep one handle each: an array mapped by one request is at the same address in the next. What
+    needs it is a replay of launch records (``checks.assert_computed_on_device``): a launcher may put a device
+    address into data (rung 6's tensor maps hold the addresses of A and B, written by one launch and read by the
+    next), and a mapping closed and opened again lands anywhere. On exit the mappings are closed (one request that
+    runs nothing). Elsewhere (the emulator, no isolation) it does nothing."""
+    global _timing_handles, _keep_mapped
+    from minitorch import kernels
+
+    if _keep_mapped or not (kernels.learner_code_elsewhere() and _judge_uses_ipc()):
+        yield
+        return
+    saved = _timing_handles
+    _timing_handles = {} if saved is None else saved
+    _keep_mapped = True
+    try:
+        yield
+    finally:
+        _keep_mapped = False
+        _timing_handles = saved
+        if _process.alive():  # (a learner process that died took its mappings with it)
+            with contextlib.suppress(LearnerProcessError):
+                _replay([], [], what="arrays unmapped", dry=True)
 
 
 def _synchronize_device() -> None:
@@ -718,6 +772,9 @@ class LearnerProcess:
         os.close(from_w)
         self._to, self._from = to_w, from_r
         self.starts += 1
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
@@ -902,9 +959,16 @@ def _call(header: dict, args: tuple, kwargs: dict, what: str) -> Any:
     encoder = Encoder(with_contents=not capture, ipc=ipc)  # nothing is read from the device during a capture
     payload = {"args": encoder.encode(tuple(args)), "kwargs": encoder.encode(dict(kwargs))}
     header = {**header, **payload, "nodes": encoder.nodes, "what": what, "capture": capture, "emu": _emu_settings()}
+    if _keep_mapped:
+        header["keep_mapped"] = True
     if ipc and not capture:  # the judge's writes to the arrays done before the learner's kernels read them
         _synchronize_device()
     reply, buffers = _process.request(header, encoder)
+    if encoder.staged and not capture:  # what the call wrote into the copies, into the judge's arrays
+        import cupy
+
+        for judge_array, sent in encoder.staged:
+            cupy.copyto(judge_array, sent)
     if reply.get("warnings"):
         _rewarn(reply["warnings"])
     # Arrays the call changed are written back; arrays new to the judge (a returned array, a launcher's scratch
@@ -1100,11 +1164,15 @@ def time_replayed(fn: Any, *, what: str, reps: int = 200) -> float | None:
       (another CUDA context), and an interprocess event (``ipcGetEventHandle``) must be made with timing
       disabled, so the only event timings across the two processes would be the learner's own, which it could
       forge. The host clock costs the request's round trip (well under a millisecond), shared by `reps` calls;
-    - each set is fresh, in every round: the arrays the calls only read are the warm-up's scaled by a factor of
-      the set and the round (floats; others copied), those they write start as the warm-up left them. A launcher
-      that keeps a first result, or skips work it saw before, leaves results that belong to other inputs;
+    - each set is fresh, in every round: the arrays the calls only read are the warm-up's made new for the set and
+      the round (_fresh_contents: 32- and 64-bit floats scaled, 16-bit floats rotated, others copied), those they
+      write start as the warm-up left them. A launcher that keeps a first result, or skips work it saw before,
+      leaves results that belong to other inputs;
     - on a GPU the sets are pieces of one allocation, mapped by the learner process in the untimed round (its
-      first touches of that memory are not timed) and closed after the last timed round; the judge writes each
+      first touches of that memory are not timed) and closed after the last timed round; after the untimed round
+      the learner process captures the calls into one graph (_capture_steps), which each timed round replays:
+      the figure is the device's work, as the reference's (checks.time_cuda hides the host's overhead), not the
+      Python of the learner's launchers between kernels; the judge writes each
       round's contents while the learner process is stopped (SIGSTOP), so no thread of it can start on them
       before the judge's clock does. What this leaves open: work the learner's code left running on the GPU
       itself (a kernel spinning on the mapped sets, launched before the stop) could start on a round's inputs
@@ -1181,11 +1249,12 @@ def _time_sets(log: list, found: dict[int, Any], *, what: str, reps: int) -> flo
     reps = max(2, min(reps, int(_replay_budget() // nbytes) - 3, int(REPLAY_SECONDS / max(once, 1e-6))))
 
     def prestate(r: int, i: int, key: int) -> Any:
-        """Set `i`'s array `key` before round `r`'s calls: read-only floats scaled by a factor of its own."""
+        """Set `i`'s array `key` before round `r`'s calls: the arrays the calls only read made new (_fresh_contents),
+        those they write as the warm-up left them."""
         a = warm[key]
-        if key in written or np.dtype(a.dtype).kind != "f":
+        if key in written:
             return _device_copy(a)
-        return _scaled(a, 1.0 + (r * reps + i + 1) / (2.0 * reps * (REPLAY_ROUNDS + 1)))
+        return _fresh_contents(a, r * reps + i + 1, reps * (REPLAY_ROUNDS + 1))
 
     def fill(r: int, sets: list[dict[int, Any]], indices: list[int]) -> None:
         for i, subst in zip(indices, sets, strict=True):
@@ -1200,6 +1269,7 @@ def _time_sets(log: list, found: dict[int, Any], *, what: str, reps: int) -> flo
     # sets, which the judge rewrites): a timed request carries no arguments to decode, only the word to run them.
     fill(0, sets, list(range(reps)))
     warm_up = _replay(log, sets, what=f"{what} x {reps} (untimed)", keep_mapped=ipc, prepare=ipc)
+    as_graph = ipc and isinstance(last_replay_answer, dict) and bool(last_replay_answer.get("graph"))
     seconds = []
     for r in range(1, REPLAY_ROUNDS + 1):
         # the learner process, which has the sets mapped, is stopped while the judge writes them: no thread of its own
@@ -1211,7 +1281,7 @@ def _time_sets(log: list, found: dict[int, Any], *, what: str, reps: int) -> flo
     if ipc:  # the mappings closed, untimed
         _replay(log, [], what=f"{what} (arrays unmapped)", dry=True)
     last_timing.clear()
-    last_timing.update(reps=reps, once=once, warm_up=warm_up, rounds=seconds, nbytes=nbytes)
+    last_timing.update(reps=reps, once=once, warm_up=warm_up, rounds=seconds, nbytes=nbytes, graph=as_graph)
     checked = sorted({0, reps - 1, *random.SystemRandom().sample(range(reps), min(2, reps))})
     for i in checked:
         again = {key: _device_empty_like(a) for key, a in found.items()}
@@ -1235,15 +1305,19 @@ def _replay(log: list, sets: list[dict[int, Any]], *, what: str, dry: bool = Fal
     """Run the logged calls once per set (each set: id of a logged array -> the array standing in for it; an empty
     set: the logged arrays themselves), in one request; returns the seconds the request took by the judge's clock.
     `prepare`: the learner process keeps the calls; `prepared`: it runs the calls it kept (nothing is sent)."""
+    global last_replay_answer
     header: dict[str, Any] = {"op": "sequence", "dry": dry, "keep_mapped": keep_mapped}
     if prepared:
-        _call({**header, "prepared": PREPARED}, ([],), {}, what)
+        last_replay_answer = _call({**header, "prepared": PREPARED}, ([],), {}, what)
         return _process.last_seconds
     if prepare:
         header["prepare"] = PREPARED
     steps = [[target, list(_swap(args, subst)), _swap(kwargs, subst)] for subst in sets for target, args, kwargs in log]
-    _call(header, (steps,), {}, what)
+    last_replay_answer = _call(header, (steps,), {}, what)
     return _process.last_seconds
+
+
+last_replay_answer: Any = None  # judge: what the latest _replay's request answered ({"graph": bool} when prepared)
 
 
 def _swap(v: Any, subst: dict[int, Any]) -> Any:
@@ -1336,6 +1410,33 @@ def _copy_into(dst: Any, src: Any) -> None:
         dst.set(np.ascontiguousarray(_host(src)))
 
 
+def _is_16bit_float(dtype: Any) -> bool:
+    """float16, or uint16: the bits of bfloat16 (minitorch.dtypes: no course array holds uint16 for anything else)."""
+    dt = np.dtype(dtype)
+    return dt == np.float16 or dt == np.uint16
+
+
+def _fresh_contents(a: Any, n: int, count: int) -> Any:
+    """New contents for an array the timed calls only read, the `n`-th of `count` (n >= 1 numbers the set and the
+    round): 32- and 64-bit floats scaled by 1 + n / (2 count), 16-bit floats (float16, bfloat16's bits) rotated by
+    n places (a factor that close to 1 rounds back to the same value in 8 or 11 bits of mantissa: sets would repeat,
+    and a result kept from one would pass for the next), anything else (integers: indices, sizes) copied."""
+    from minitorch import backend
+
+    kind = np.dtype(a.dtype).kind
+    if _is_16bit_float(a.dtype):
+        if a.size < 2:
+            return _device_copy(a)
+        if backend.get_device() == "cuda":
+            import cupy
+
+            return cupy.roll(a.reshape(-1), n % a.size).reshape(a.shape)
+        return backend.asarray(np.roll(np.ascontiguousarray(_host(a)).reshape(-1), n % a.size).reshape(a.shape))
+    if kind == "f":
+        return _scaled(a, 1.0 + n / (2.0 * count))
+    return _device_copy(a)
+
+
 def _scaled(a: Any, factor: float) -> Any:
     from minitorch import backend
 
@@ -1344,22 +1445,42 @@ def _scaled(a: Any, factor: float) -> Any:
     return backend.asarray((_host(a) * factor).astype(a.dtype))
 
 
+def _as_values(x: Any, xp: Any) -> Any:
+    """float64 values of a flat array: bfloat16's bits (uint16) read as the numbers they encode."""
+    if np.dtype(x.dtype) == np.uint16:
+        x = (x.astype(xp.uint32) << 16).view(xp.float32)
+    return x.astype(xp.float64)
+
+
+def _same_rtol(dtype: Any) -> float:
+    """How far two runs of one call may differ (kernels with atomics add in any order, then round): 1e-3, or two
+    units in the last place of a 16-bit result (bfloat16's 8 significant bits, float16's 11)."""
+    dt = np.dtype(dtype)
+    if dt == np.uint16:  # bfloat16's bits
+        return 2.0 ** -6
+    if dt == np.float16:
+        return 2.0 ** -9
+    return 1e-3
+
+
 def _require_same(timed: Any, again: Any, what: str) -> None:
     """The device arrays `timed` and `again` hold the same values (close: kernels with atomics add in any order)."""
     from grader.checks import GradeError
 
+    rtol = _same_rtol(timed.dtype)
     if _judge_uses_ipc() and np.dtype(timed.dtype).kind != "b":  # compared on the device: arrays of 256 MiB
         import cupy
 
-        a, b = timed.reshape(-1).astype(cupy.float64), again.reshape(-1).astype(cupy.float64)
+        a, b = _as_values(timed.reshape(-1), cupy), _as_values(again.reshape(-1), cupy)
         finite = cupy.isfinite(b)
         scale = float(cupy.abs(cupy.where(finite, b, 0)).max()) if b.size else 0.0
-        if bool(cupy.isclose(a, b, rtol=1e-3, atol=1e-4 * scale, equal_nan=True).all()):
+        if bool(cupy.isclose(a, b, rtol=rtol, atol=1e-4 * scale, equal_nan=True).all()):
             return
-    got, want = np.asarray(_host(timed), np.float64).reshape(-1), np.asarray(_host(again), np.float64).reshape(-1)
+    got = _as_values(np.ascontiguousarray(_host(timed)).reshape(-1), np)
+    want = _as_values(np.ascontiguousarray(_host(again)).reshape(-1), np)
     with np.errstate(invalid="ignore"):
         scale = float(np.nanmax(np.abs(want[np.isfinite(want)]))) if np.isfinite(want).any() else 0.0
-        same = np.isclose(got, want, rtol=1e-3, atol=1e-4 * scale, equal_nan=True)
+        same = np.isclose(got, want, rtol=rtol, atol=1e-4 * scale, equal_nan=True)
     if not same.all():
         j = int(np.flatnonzero(~same)[0])
         raise GradeError(f"{what} holds {got[j]!r} at index {j} where the same call on the same inputs, run again "
@@ -1474,7 +1595,7 @@ def _plain(v: Any) -> bool:
 
 
 def _run(header: dict, args: tuple, kwargs: dict) -> Any:
-    from minitorch import backend, graph, kernels
+    from minitorch import graph, kernels
 
     op = header.get("op")
     if op == "load_module":
@@ -1505,24 +1626,36 @@ def _run(header: dict, args: tuple, kwargs: dict) -> Any:
         sets = args[0] if args else []
         fn = lambda: [target(*a, **k) for a, k in sets]  # noqa: E731
     elif op == "sequence":  # replays of the learner's calls a timing made (time_replayed); nothing between them
-        if header.get("prepared") is not None:  # the calls of an earlier request, on the same mapped arrays
-            steps = _prepared.get(str(header["prepared"]))
+        prepare, prepared, dry = header.get("prepare"), header.get("prepared"), bool(header.get("dry"))
+        captured = None
+        if prepared is not None:  # the calls of an earlier request, on the same mapped arrays
+            steps = _prepared.get(str(prepared))
             if steps is None:
-                raise LearnerProcessError(f"no prepared sequence {header['prepared']!r} in the learner's process")
+                raise LearnerProcessError(f"no prepared sequence {prepared!r} in the learner's process")
+            captured = _prepared_graphs.get(str(prepared))
         else:
             resolved: dict[str, Any] = {}
             steps = [_step(step, resolved) for step in (args[0] if args else [])]
-            if header.get("prepare") is not None:
-                _prepared[str(header["prepare"])] = steps
-        if header.get("dry"):  # only the arrays mapped (or unmapped), nothing run
-            steps = []
+            if prepare is not None:
+                _prepared[str(prepare)] = steps
+        if dry:  # only the arrays mapped (or unmapped), nothing run
+            steps, captured = [], None
 
-        def fn() -> None:
+        def fn() -> dict | None:
             from grader.checks import _async_launches
 
             with _async_launches():
-                for step in steps:
-                    step()
+                if captured is not None:
+                    captured.replay()
+                else:
+                    for step in steps:
+                        step()
+                if prepare is not None and steps:  # after the untimed run: the timed rounds replay one graph
+                    graph_of = _capture_steps(steps)
+                    if graph_of is not None:
+                        _prepared_graphs[str(prepare)] = graph_of
+                    return {"graph": graph_of is not None}
+            return None if prepared is None else {"graph": captured is not None}
     elif op == "helper":
         target = _grader_helper(header.get("module"), header.get("name"))
         fn = lambda: target(*args, **kwargs)  # noqa: E731
@@ -1532,8 +1665,41 @@ def _run(header: dict, args: tuple, kwargs: dict) -> Any:
         with kernels.unrecorded():
             return graph.capture(fn) and None
     result = fn()
-    backend.synchronize()
+    _finish_device_work()
     return result
+
+
+def _finish_device_work() -> None:
+    """Wait for every kernel the call launched, on any stream: the reply (and with it the judge's clock around a
+    timed request) must not come before work the learner's code left running on a stream of its own."""
+    from minitorch import backend
+
+    if backend.get_device() == "cuda":
+        import cupy
+
+        cupy.cuda.runtime.deviceSynchronize()
+    else:
+        backend.synchronize()
+
+
+def _capture_steps(steps: list) -> Any:
+    """The prepared calls of a timing captured into one graph (minitorch.graph: CUDA Graphs on a GPU), which the
+    timed rounds replay: the judge's clock then counts their device work, not the Python of the learner's launchers
+    call after call (tens of microseconds each, more than a kernel of a few megabytes takes; outside the learner's
+    process the performance checks hide it too: checks.time_cuda(hide_host_overhead=True)). None when the calls
+    cannot be captured (a launcher that reads a value back or synchronises): they are called one by one. What the
+    graph computes is checked as any timed call's: some sets are made again untimed and compared."""
+    from minitorch import graph, kernels
+
+    def run() -> None:
+        for step in steps:
+            step()
+
+    try:
+        with kernels.unrecorded():
+            return graph.capture(run)
+    except Exception:  # noqa: BLE001 - not capturable: the calls are made one by one, as before
+        return None
 
 
 def _step(step: Any, resolved: dict[str, Any]) -> Any:

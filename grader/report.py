@@ -48,6 +48,7 @@ class PhaseReport:
     notebook: str = ""
 
     partial: bool = False  # only some tests ran (-k): never a pass
+    isolated: bool = False  # the learner's code ran in a process of its own (grader/learner_process.py)
 
     @property
     def passed(self) -> bool:

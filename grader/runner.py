@@ -17,7 +17,7 @@ from grader.notebook_step import run_notebook_step
 from grader.options import DEFAULT_TIMEOUT_S, CheckOptions
 from grader.report import FAIL, NOT_MEASURED, CheckResult, PhaseReport
 from grader.subprocesses import LAUNCH_TRACE
-from grader.tests_step import isolated, run_tests_step
+from grader.tests_step import device_of, isolated, run_tests_step
 
 __all__ = ["DEFAULT_TIMEOUT_S", "CheckOptions", "NotPublishedError", "check_phase", "make_env"]
 
@@ -49,13 +49,6 @@ def make_env(opts: CheckOptions, workspace: Path, seed: int, work: Path, phase: 
     if opts.solutions:
         env["GRADER_SKIP_GATES"] = "1"  # reference solutions are graded whatever the instructor's progress
     return env
-
-
-def _device_of(env: dict[str, str]) -> str:
-    """The device the graded steps will run on."""
-    from minitorch.backend import cuda_available
-
-    return env.get("MINITORCH_DEVICE") or ("cuda" if cuda_available() else "emu")
 
 
 def _cuda_unusable() -> str | None:
@@ -148,7 +141,8 @@ def check_phase(opts: CheckOptions) -> PhaseReport:
         workspace.mkdir(parents=True, exist_ok=True)
         report.workspace = str(workspace) if not opts.solutions else "(temporary)"
         env = make_env(opts, workspace, seed, work, phase.name)
-        if isolated(phase, env) and _device_of(env) == "emu":
+        report.isolated = isolated(phase, env)
+        if isolated(phase, env) and device_of(env) == "emu":
             env.update(learner_process.runtime_pin())  # before the notebook, the learner's code, runs
         if opts.run_notebook:
             report.notebook = str(notebook)

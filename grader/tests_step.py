@@ -106,24 +106,39 @@ def graded_test_files(phase: Phase, opts: CheckOptions) -> list[Path]:
 # Phases whose graded tests never import the learner's Python: it runs in a learner process of its own
 # (grader/learner_process.py, ARCHITECTURE.md "Grader"), on the emulator (arrays by value) and on a GPU (arrays by
 # CUDA IPC handle, performance timed by the judge: learner_process.time_replayed). On a GPU only the phases whose
-# graded check has passed isolated on one (benchmarks/results/grade-isolated-phase*-*.json: phases 1 and 2 on an
-# H100, performance checks included); phases 3a to 8b keep the learner's code in the tests' process there until a
-# GPU run of theirs passes isolated (each is isolated on the emulator).
+# graded checks have passed isolated on one (benchmarks/results/grade-isolated-<phase>-*.json, on an H100, kernel
+# and performance checks: phases 1, 2, 3a, 3b, 6 and 7); phases 4, 5, 8a and 8b keep the learner's code in the
+# tests' process there until a GPU run of theirs passes isolated (GRADER_ISOLATION=1 grades them so; each is
+# isolated on the emulator).
 ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7", "phase8a",
                    "phase8b")
-CUDA_ISOLATED_PHASES = ("phase1", "phase2")
+CUDA_ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase6", "phase7")
 
 
-ISOLATION_ENV = "GRADER_ISOLATION"  # "0": the learner's code in the tests' own process (the grader's own tests
-                                    # show with it what isolation stops); sandboxed grading removes it
+# "0": the learner's code in the tests' own process (the grader's own tests show with it what isolation stops);
+# "1": isolated on a GPU too, whatever CUDA_ISOLATED_PHASES says (how a phase is graded isolated on a GPU before it
+# joins them); unset: the defaults above. Sandboxed grading (grade-all) removes it: the defaults apply there.
+ISOLATION_ENV = "GRADER_ISOLATION"
+
+
+def device_of(env: dict[str, str]) -> str:
+    """The device the graded steps will run on: ``MINITORCH_DEVICE``, else minitorch's default (cuda if usable)."""
+    if env.get("MINITORCH_DEVICE"):
+        return env["MINITORCH_DEVICE"]
+    from minitorch.backend import cuda_available
+
+    return "cuda" if cuda_available() else "emu"
 
 
 def isolated(phase: Phase, env: dict[str, str]) -> bool:
-    """True when `phase`'s graded tests run with the learner's code in a process of its own on their device (the
-    emulator unless ``MINITORCH_DEVICE`` says otherwise; the tests' process decides: grader.learner_process.enabled)."""
-    if env.get(ISOLATION_ENV) == "0":
+    """True when `phase`'s graded tests run with the learner's code in a process of its own on their device
+    (:func:`device_of`: a GPU left to minitorch's default is a GPU, with the GPU's list of isolated phases)."""
+    setting = env.get(ISOLATION_ENV)
+    if setting == "0":
         return False
-    device = env.get("MINITORCH_DEVICE", "emu")
+    device = device_of(env)
+    if setting == "1" and device == "cuda":
+        return phase.name in ISOLATED_PHASES
     return phase.name in {"emu": ISOLATED_PHASES, "cuda": CUDA_ISOLATED_PHASES}.get(device, ())
 
 

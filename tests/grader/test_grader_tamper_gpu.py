@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 
 import numpy as np
 import pytest
@@ -25,7 +26,10 @@ from tests.grader.test_grader_tamper import (
     SLEEP,
     WHERE_AM_I,
     assert_all_fail_on_values,
+    check_16bit_timing_catches_a_kept_result,
     grade,
+    grade_case,
+    learner_session,
     solution_sources,
     tampered,
 )
@@ -77,6 +81,45 @@ def test_honest_reference_passes_isolated_on_cuda(tmp_path):
     assert imports and all(line.endswith(" 1") for line in imports), imports  # never in the judge
 
 
+# The phases after 2 on a GPU, graded isolated (GRADER_ISOLATION=1, as grade() asks): Tensors and their tapes
+# (3b's backprop.py), the learner's objects and the judge's callbacks (5's CachingPool), captured graphs replayed by
+# helpers (5, 7, 8a), half-precision arrays (8a, 8b), all reaching the judge's memory through CUDA IPC handles.
+LATER_PHASES = ["phase3b", "phase5", "phase7", "phase8a", "phase8b"]
+
+
+@pytest.mark.parametrize("phase", LATER_PHASES)
+def test_honest_reference_of_a_later_phase_passes_isolated_on_cuda(tmp_path, phase):
+    case = CASES[phase]
+    files = solution_sources(case)
+    marker = tmp_path / "imported-by.txt"
+    files[case.module] += WHERE_AM_I.format(path=str(marker))
+    report = grade(tmp_path, files, select=HONEST_SELECTION[phase], phase=phase, device="cuda", timeout=120)
+    assert all(c["result"] in ("PASS", "SKIP", "NOT MEASURED", "INFO") for c in report["checks"]), report["checks"]
+    assert report["isolated"]
+    imports = marker.read_text().splitlines()
+    assert imports and all(line.endswith(" 1") for line in imports), imports  # never in the judge
+
+
+@pytest.mark.parametrize("phase", ["phase3b", "phase7"])
+@pytest.mark.parametrize("trick", ["patch_checks", "rewrite_pytest"])
+def test_tricks_change_nothing_the_judge_runs_in_a_later_phase_on_cuda(tmp_path, phase, trick):
+    case, report = grade_case(tmp_path, phase, GPU_TRICKS[trick], device="cuda")
+    assert report["isolated"]
+    assert_all_fail_on_values(report, case.prefix, case.values_words)
+
+
+@pytest.mark.parametrize("phase", ["phase3b", "phase7"])
+def test_forged_results_and_sleep_in_a_later_phase_on_cuda(tmp_path, phase):
+    for name in ("forged", "sleep"):
+        (tmp_path / name).mkdir()
+    case, report = grade_case(tmp_path / "forged", phase, FORGE_RESULTS, honest=True, one=True, device="cuda")
+    found = results(report, case.prefix)
+    assert found and all(c["result"] == "CRASH" and "died" in c["reason"] for c in found), found
+    case, report = grade_case(tmp_path / "sleep", phase, SLEEP, honest=True, one=True, timeout=4, device="cuda")
+    found = results(report, case.prefix)
+    assert [c["result"] for c in found].count("TIMEOUT") == 1, found
+
+
 @pytest.mark.parametrize("trick", list(GPU_TRICKS))
 def test_tricks_change_nothing_the_judge_runs_on_cuda(tmp_path, trick):
     assert_all_fail_on_values(grade(tmp_path, tampered(GPU_TRICKS[trick]), device="cuda"))
@@ -109,18 +152,11 @@ def test_a_cached_result_fails_a_timed_check_on_cuda(tmp_path, monkeypatch):
     only when timed fails the untimed re-run."""
     import cupy
 
-    from grader import checks, learner_process
-    from minitorch import backend, kernels
+    from grader import checks
 
-    monkeypatch.setenv("MINITORCH_WORKSPACE", str(tmp_path))
-    monkeypatch.setenv("MINITORCH_DEVICE", "cuda")
-    previous = backend.get_device()
-    backend.set_device("cuda")
-    try:
+    with learner_session(tmp_path, monkeypatch, "cuda") as learner_process:
         files = solution_sources()
-        (tmp_path / "memory.cu").write_text(files["memory.cu"])
         (tmp_path / "memory.py").write_text(files["memory.py"] + "\n" + PATCH_TIMER)  # its own timers patched
-        kernels.set_learner_loaders(learner_process.load_module, learner_process.load_kernel)
         module = learner_process.load_module("memory.py")
         n = 1 << 26
         src, dst = cupy.arange(n, dtype=cupy.float32), cupy.zeros(n, cupy.float32)
@@ -145,9 +181,47 @@ def test_a_cached_result_fails_a_timed_check_on_cuda(tmp_path, monkeypatch):
         module = learner_process.load_module("memory.py")
         with pytest.raises(checks.GradeError, match="run again untimed"):
             learner_process.time_replayed(lambda: module.copy(src, dst), what="copy")
-    finally:
-        learner_process.uninstall()
-        backend.set_device(previous)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_kept_result_fails_a_16bit_timing_on_cuda(tmp_path, monkeypatch, dtype):
+    """As on the emulator, at a size where a timing takes many sets: every set's 16-bit inputs are new."""
+    with learner_session(tmp_path, monkeypatch, "cuda") as learner_process:
+        check_16bit_timing_catches_a_kept_result(learner_process, tmp_path, dtype, 1 << 22, reps=200)
+
+
+# A copy that leaves work running on a stream of its own and returns at once: the reply must wait for it. (It reads
+# its output back, as a launcher that synchronises: such calls cannot be captured into the timing's graph and are
+# replayed one by one; in a graph only the capturing stream's work would run, the side stream's not at all.)
+SIDE_STREAM = """
+import cupy
+_spin = cupy.RawKernel(r'''
+extern "C" __global__ void spin(long long cycles) {
+    long long start = clock64();
+    while (clock64() - start < cycles) { }
+}''', "spin")
+_side = cupy.cuda.Stream(non_blocking=True)
+_honest_copy = copy
+def copy(src, dst):
+    _honest_copy(src, dst)
+    with _side:
+        _spin((1,), (1,), (cupy.int64(40_000_000),))  # about 20 ms at 2 GHz, on the other stream
+    dst[:1].get()  # (waits for the copy on this stream only)
+"""
+
+
+def test_work_left_on_another_stream_is_timed_on_cuda(tmp_path, monkeypatch):
+    """A launcher cannot make its calls look fast by leaving their kernels running on a stream of its own: the
+    learner process replies once its whole device is idle, so the judge's clock counts them."""
+    import cupy
+
+    with learner_session(tmp_path, monkeypatch, "cuda") as learner_process:
+        (tmp_path / "memory.py").write_text(solution_sources()["memory.py"] + "\n" + SIDE_STREAM)
+        module = learner_process.load_module("memory.py")
+        src, dst = cupy.arange(1 << 20, dtype=cupy.float32), cupy.zeros(1 << 20, cupy.float32)
+        seconds = learner_process.time_replayed(lambda: module.copy(src, dst), what="copy", reps=8)
+        assert learner_process.last_timing["graph"] is False  # replayed one by one
+        assert seconds > 0.01, seconds  # the spin counted (a copy of 4 MiB alone takes microseconds)
 
 
 def _request_seconds(learner_process) -> float:
@@ -175,3 +249,62 @@ def _fresh_copies(reps: int, n: int) -> float:
         cupy.cuda.Device().synchronize()
         best = min(best, (time.perf_counter() - start) / reps)
     return best
+
+
+# A launcher that passes a device address as data (as rung 6's tensor maps do): `touch` takes the input, `read_at`
+# reads it through the address alone
+INDIRECT_CU = r"""
+extern "C" __global__ void touch(const float* src) { }
+extern "C" __global__ void read_at(unsigned long long address, float* out, long long n) {
+    const float* src = (const float*)address;
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = 2.0f * src[i];
+}
+"""
+INDIRECT_PY = """
+import numpy as np
+from minitorch.kernels import load_kernel
+def double(src, out):
+    n = int(src.size)
+    load_kernel("indirect.cu", "touch")((1,), (1,), (src,))
+    load_kernel("indirect.cu", "read_at")(((n + 255) // 256,), (256,), (np.uint64(src.data.ptr), out, np.int64(n)))
+"""
+
+
+def test_a_replay_finds_the_arrays_where_its_call_did_on_cuda(tmp_path, monkeypatch):
+    """checks.assert_computed_on_device replays each record in a request of its own: the judge's arrays must be at
+    the addresses the recorded call saw (kept mapped until the replays are done), or a launch that reads through
+    an address it was given as data reads unmapped memory."""
+    import cupy
+
+    from grader import checks
+
+    with learner_session(tmp_path, monkeypatch, "cuda") as learner_process:
+        (tmp_path / "indirect.cu").write_text(INDIRECT_CU)
+        (tmp_path / "indirect.py").write_text(INDIRECT_PY)
+        module = learner_process.load_module("indirect.py")
+        kept = []  # each round another input allocation (the earlier ones alive), mapped elsewhere
+        for _ in range(3):
+            src, out = cupy.arange(1000, dtype=cupy.float32), cupy.zeros(1000, cupy.float32)
+            kept.append(src)
+            checks.assert_computed_on_device("double", partial(module.double, src, out), inputs=(src,),
+                                             outputs=(out,))
+            np.testing.assert_array_equal(out.get(), 2 * np.arange(1000, dtype=np.float32))
+
+
+def test_an_array_cuda_cannot_share_travels_as_a_copy_on_cuda(tmp_path, monkeypatch):
+    """An array in memory without a CUDA IPC handle (cudaMallocAsync's pool here; a framework's virtual-memory
+    segments alike) is sent as a copy in shareable memory, and what the call wrote comes back into it."""
+    import cupy
+
+    with learner_session(tmp_path, monkeypatch, "cuda") as learner_process:
+        (tmp_path / "memory.py").write_text(solution_sources()["memory.py"])
+        module = learner_process.load_module("memory.py")
+        pool = cupy.cuda.MemoryAsyncPool()
+        out = cupy.ndarray((1000,), cupy.float32, pool.malloc(4000))
+        src = cupy.ndarray((1000,), cupy.float32, pool.malloc(4000))
+        src[...] = cupy.arange(1000, dtype=cupy.float32)
+        module.fill(out, 2.5)
+        np.testing.assert_array_equal(out.get(), np.full(1000, 2.5, np.float32))
+        module.copy(src, out)
+        np.testing.assert_array_equal(out.get(), np.arange(1000, dtype=np.float32))
