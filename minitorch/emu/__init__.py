@@ -80,10 +80,10 @@ Settings (environment, or in code):
   training loop's) run code compiled in the background with those arguments as constants
   (``specialize.py``: divisions by sizes become multiplications); ``0``: never. Same results bit
   for bit, same checks and diagnostics; check mode always runs the generic code.
-- ``MINITORCH_EMU_CANONICAL_NAN=1|0``: float32 add, subtract, multiply, divide, square root and the
-  C library's float functions that make a NaN give the GPU's NaN, 0x7fffffff (``nancanon.py``),
-  not x86's (which keeps an operand's payload and sign, or makes 0xffc00000). Unset: in check mode
-  only (it costs about a tenth of the kernels' time).
+- ``MINITORCH_EMU_CANONICAL_NAN=1|0``: float32 add, subtract, multiply, divide, square root,
+  negation, fabsf and the C library's float functions that make a NaN give the GPU's NaN,
+  0x7fffffff (``nancanon.py``), not x86's (which keeps an operand's payload and sign, or makes
+  0xffc00000). Unset: in check mode only (it costs about a tenth of the kernels' time).
 
 Names NVRTC does not have are not defined either (``INFINITY``, ``NAN``, ``HUGE_VALF``, ``FLT_MAX``,
 ``M_PI``, ``INT_MAX`` and the rest of the host's ``<math.h>``, ``<float.h>`` and ``<limits.h>``): a
