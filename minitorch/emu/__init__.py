@@ -59,7 +59,9 @@ Settings (environment, or in code):
   to device arrays exactly, and races on device arrays (two threads, one a plain write, not ordered
   by a barrier of their block; threads of different blocks never are), naming the array and index
   (compiled with ``-fsanitize=thread`` instrumentation, no libtsan). A misaligned vector access
-  (``float4`` at an address that is not a multiple of 16) faults in every mode, as on a GPU.
+  (``float4`` at an address that is not a multiple of 16) faults in every mode, as on a GPU; a
+  misaligned scalar (through a cast of a byte pointer) in check mode, and outside it only in the
+  functions that can make a wide access (``compiler.without_scalar_alignment_checks``).
 - ``MINITORCH_EMU_SCHEDULE=forward|reverse|random`` (``MINITORCH_EMU_SEED``) /
   ``with emu.schedule("reverse"):``: the order in which threads and blocks run.
 - ``fuzz_schedules(fn)``: calls ``fn()`` (which launches kernels and returns arrays) under the

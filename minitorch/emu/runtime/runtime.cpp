@@ -1374,6 +1374,14 @@ __attribute__((noinline)) static void misaligned(const UbsanMismatch* d, uintptr
 
 EXPORT void __ubsan_handle_type_mismatch_v1(const UbsanMismatch* d, uintptr_t ptr) { misaligned(d, ptr, RA); }
 EXPORT void __ubsan_handle_type_mismatch_v1_abort(const UbsanMismatch* d, uintptr_t ptr) { misaligned(d, ptr, RA); }
+// -fsanitize=unreachable is on only so that every function of a module counts as sanitized for GCC's
+// inliner (compiler.without_scalar_alignment_checks): reaching __builtin_unreachable() is a trap.
+struct UbsanUnreachable { UbsanLoc loc; };
+EXPORT void __ubsan_handle_builtin_unreachable(const UbsanUnreachable* d) {
+  Worker* w = tls_worker;
+  if (!w || !w->in_kernel) abort();
+  fail(w, EMU_ERR_TRAP, d->loc.file, (int)d->loc.line, "__builtin_unreachable() reached");
+}
 
 // ---------------------------------------------------------------------------------------------
 // Blocks and launches
