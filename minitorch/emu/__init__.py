@@ -59,7 +59,9 @@ Settings (environment, or in code):
   to device arrays exactly, and races on device arrays (two threads, one a plain write, not ordered
   by a barrier of their block; threads of different blocks never are), naming the array and index
   (compiled with ``-fsanitize=thread`` instrumentation, no libtsan). A misaligned vector access
-  (``float4`` at an address that is not a multiple of 16) faults in every mode, as on a GPU.
+  (``float4`` at an address that is not a multiple of 16) faults in every mode, as on a GPU; a
+  misaligned scalar (through a cast of a byte pointer) in check mode, and outside it only in the
+  functions that can make a wide access (``compiler.without_scalar_alignment_checks``).
 - ``MINITORCH_EMU_SCHEDULE=forward|reverse|random`` (``MINITORCH_EMU_SEED``) /
   ``with emu.schedule("reverse"):``: the order in which threads and blocks run.
 - ``fuzz_schedules(fn)``: calls ``fn()`` (which launches kernels and returns arrays) under the
@@ -80,10 +82,10 @@ Settings (environment, or in code):
   training loop's) run code compiled in the background with those arguments as constants
   (``specialize.py``: divisions by sizes become multiplications); ``0``: never. Same results bit
   for bit, same checks and diagnostics; check mode always runs the generic code.
-- ``MINITORCH_EMU_CANONICAL_NAN=1|0``: float32 add, subtract, multiply, divide, square root and the
-  C library's float functions that make a NaN give the GPU's NaN, 0x7fffffff (``nancanon.py``),
-  not x86's (which keeps an operand's payload and sign, or makes 0xffc00000). Unset: in check mode
-  only (it costs about a tenth of the kernels' time).
+- ``MINITORCH_EMU_CANONICAL_NAN=1|0``: float32 add, subtract, multiply, divide, square root,
+  negation, fabsf and the C library's float functions that make a NaN give the GPU's NaN,
+  0x7fffffff (``nancanon.py``), not x86's (which keeps an operand's payload and sign, or makes
+  0xffc00000). Unset: in check mode only (it costs about a tenth of the kernels' time).
 
 Names NVRTC does not have are not defined either (``INFINITY``, ``NAN``, ``HUGE_VALF``, ``FLT_MAX``,
 ``M_PI``, ``INT_MAX`` and the rest of the host's ``<math.h>``, ``<float.h>`` and ``<limits.h>``): a

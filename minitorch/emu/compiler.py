@@ -142,10 +142,15 @@ def _runtime_defines() -> list[str]:
 PAD_LO, PAD_HI = 4096, 16384
 # Every typed load and store tests its address against the type's alignment (a float4 needs 16 bytes)
 # and calls the runtime's __ubsan_handle_type_mismatch_v1_abort where a GPU faults with "misaligned
-# address": one test and a not-taken branch per access.
+# address": one test and a not-taken branch per access. Outside check mode, the functions that cannot make
+# a wide access go without (without_scalar_alignment_checks). GCC inlines a function into another only if
+# both have the same undefined-behaviour sanitizers on, so -fsanitize=unreachable (nothing to check in
+# kernels: the learner does not write __builtin_unreachable) keeps that true of a function whose alignment
+# check is off, and the runtime's min/max, atomics and the kernels themselves (into their launch thunks)
+# inline as before.
 # (g++ also gets -fno-ipa-icf: identical instantiations such as load<float2> and load<int2> must not be
 # merged, or a fault would name the other one's type.)
-ALIGNMENT_CHECK = ["-fsanitize=alignment", "-fno-sanitize-recover=alignment"]
+ALIGNMENT_CHECK = ["-fsanitize=alignment,unreachable", "-fno-sanitize-recover=alignment"]
 
 
 def build_pads() -> tuple[Path, Path]:
@@ -405,7 +410,56 @@ def _in_function(s: str, pos: int) -> bool:
     return any(stack)
 
 
-def scan_source(src: str, filename: str) -> SourceInfo:
+# Names whose accesses a GPU makes as one wide load or store, which must be aligned: CUDA's vector types, the
+# half and bfloat16 pairs, wmma fragments, and types given an alignment of their own.
+_WIDE = re.compile(r"\b(u?(char|short|int|long|longlong)[1-4]|(float|double)[1-4]|__half2|half2|"
+                   r"__nv_bfloat162|nv_bfloat162|wmma|__align__|alignas|aligned)\b")
+_NO_ALIGNMENT_CHECK = '__attribute__((no_sanitize("alignment"))) '
+
+
+def without_scalar_alignment_checks(src: str, stripped: str) -> str:
+    """The source with ``no_sanitize("alignment")`` before each function (kernel or device function) that cannot
+    make a wide access: no vector type, half pair, wmma or alignment in its parameters or body, none in a function
+    of the source it calls, and not a template with a type parameter (``load<float4>``). A misaligned vector access
+    faults on a GPU, and so on the emulator in every mode; a scalar's alignment check is one test and branch an
+    access, but its calls also keep GCC 12 from holding a thread's small arrays (``float acc[4]``) in registers
+    (benchmarks/results/emu_speed_experiments-*.json, series 9 and 11). Check mode keeps every check. Nothing is
+    exempt where a wide name appears outside the functions (a typedef, a struct or a macro could carry it into
+    any of them) or the source includes a local file. Line numbers do not change."""
+    if re.search(r'^[ \t]*#[ \t]*include[ \t]*"', stripped, re.M):
+        return src
+    funcs = find_functions(stripped, "__global__") + find_functions(stripped, "__device__")
+    outside, last = [], 0
+    for f in sorted(funcs, key=lambda f: f.start):
+        if f.start < last:
+            continue
+        outside.append(stripped[last:f.start])
+        last = stripped.find(f.body, f.start) + len(f.body)
+    outside.append(stripped[last:])
+    if _WIDE.search("".join(outside)):
+        return src
+    wide = {f.name for f in funcs if _WIDE.search(f.params + f.body)}
+    changed = True
+    while changed:  # a caller of a function that makes wide accesses may get its pointers
+        changed = False
+        for f in funcs:
+            if f.name not in wide and set(re.findall(r"\w+", f.params + f.body)) & wide:
+                wide.add(f.name)
+                changed = True
+    starts = set()
+    for f in funcs:
+        prefix_start = max(stripped.rfind(";", 0, f.start), stripped.rfind("}", 0, f.start),
+                           stripped.rfind("{", 0, f.start))
+        header = re.search(r"\btemplate\s*<([^;{}]*)>", stripped[prefix_start + 1:f.start])
+        if f.name in wide or (header and re.search(r"\b(class|typename)\b", header.group(1))):
+            continue
+        starts.add(f.start)
+    for at in sorted(starts, reverse=True):
+        src = src[:at] + _NO_ALIGNMENT_CHECK + src[at:]
+    return src
+
+
+def scan_source(src: str, filename: str, scalar_alignment_checks: bool = True) -> SourceInfo:
     stripped = strip_source(src)
     check_unsupported(src, stripped, filename)
     try:
@@ -413,6 +467,9 @@ def scan_source(src: str, filename: str) -> SourceInfo:
     except PtxError as e:
         raise CompileError(str(e)) from None
     stripped = strip_source(src)
+    if not scalar_alignment_checks:
+        src = without_scalar_alignment_checks(src, stripped)
+        stripped = strip_source(src)
     text, dyn_names = _rewrite_extern_shared(src, stripped)
     globals_ = find_functions(stripped, "__global__")
     devices = find_functions(stripped, "__device__")
@@ -515,7 +572,7 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
 
     t0 = time.perf_counter()
     filename = os.path.basename(filename) or "kernel.cu"
-    info = scan_source(src, filename)
+    info = scan_source(src, filename, scalar_alignment_checks=check)
     cxx, version = compiler()
     flags = _translate_options(options)
     exprs = list(name_expressions or ())

@@ -105,6 +105,54 @@ def test_misaligned_access_faults_in_check_mode_too() -> None:
     assert ei.value.kind == "misaligned" and "element 3" in str(ei.value), str(ei.value)
 
 
+SCALAR_AND_WIDE = r"""
+#define TILE 4
+__device__ float at(const float* x, int i) { return x[i]; }
+__device__ float4 load4(const float* x, int i) { return *reinterpret_cast<const float4*>(x + i); }
+__device__ float sum4(const float* x, int i) { float4 v = load4(x, i); return v.x + v.y + v.z + v.w; }
+extern "C" __global__ void scalar(const float* x, float* out, int offset_bytes) {
+    float acc[TILE] = {};
+    for (int k = 0; k < TILE; ++k) acc[k] += at(x, k) + min(k, 2);
+    out[0] = acc[0] + *reinterpret_cast<const float*>(reinterpret_cast<const char*>(x) + offset_bytes);  // @sc
+}
+extern "C" __global__ void wide(const float* x, float* out, int i) { out[0] = sum4(x, i); }  // @wide
+extern "C" __global__ void wide_by_callee(const float* x, float* out, int i) { out[0] = load4(x, i).x; }
+template <class T> __global__ void any(const T* x, T* out) { out[0] = x[0]; }
+template <int N> __global__ void unrolled(const float* x, float* out) { out[0] = x[N]; }
+"""
+
+
+def test_only_functions_that_cannot_make_a_wide_access_lose_the_scalar_alignment_check() -> None:
+    from minitorch.emu import compiler
+
+    out = compiler.without_scalar_alignment_checks(SCALAR_AND_WIDE, compiler.strip_source(SCALAR_AND_WIDE))
+    assert out.count("\n") == SCALAR_AND_WIDE.count("\n")  # the learner's line numbers stay
+    exempt = {ln.split("(")[-2].split()[-1] for ln in out.splitlines() if "no_sanitize" in ln}
+    assert exempt == {"at", "scalar", "unrolled"}, exempt
+    # a wide name outside the functions (here a typedef) could reach any of them: nothing is exempt
+    src = "typedef float4 vec;\n" + SCALAR_AND_WIDE
+    assert compiler.without_scalar_alignment_checks(src, compiler.strip_source(src)) == src
+
+
+def test_a_misaligned_vector_still_faults_and_a_misaligned_scalar_faults_in_check_mode() -> None:
+    m = emu.RawModule(code=SCALAR_AND_WIDE, filename="sw.cu")
+    x = emu.asarray(np.arange(16, dtype=np.float32))
+    with pytest.raises(emu.KernelFault) as ei:
+        m.get_function("wide")((1,), (1,), (x, emu.zeros(1), np.int32(1)))
+    assert ei.value.kind == "misaligned" and "`float4`" in str(ei.value), str(ei.value)
+    assert ei.value.line == line_of(SCALAR_AND_WIDE, "wide") or ei.value.file == "sw.cu", str(ei.value)
+    with pytest.raises(emu.KernelFault) as ei:
+        m.get_function("wide_by_callee")((1,), (1,), (x, emu.zeros(1), np.int32(2)))
+    assert ei.value.kind == "misaligned", str(ei.value)
+    out = emu.zeros(1)
+    m.get_function("scalar")((1,), (1,), (x, out, np.int32(8)))
+    assert out.get()[0] == 2.0
+    m.get_function("scalar")((1,), (1,), (x, out, np.int32(2)))  # a float two bytes in: unchecked here
+    with emu.check_mode(), pytest.raises(emu.KernelFault) as ei:
+        m.get_function("scalar")((1,), (1,), (x, out, np.int32(2)))
+    assert ei.value.kind == "misaligned" and ei.value.line == line_of(SCALAR_AND_WIDE, "sc"), str(ei.value)
+
+
 ALIGNED_TAIL = r"""
 // float4 over the multiple-of-4 prefix of each row, scalars for the rest; rows start aligned only
 // when the width is a multiple of 4, so other widths take the scalar path for the whole row.

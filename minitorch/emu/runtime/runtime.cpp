@@ -409,15 +409,16 @@ static inline void set_cur(Worker* w, unsigned i) {
 static void switch_fiber(Worker* w, Fiber* from, unsigned to) {
   set_cur(w, to);
   // In the common case (every thread reaches the same barrier) the fibers run in schedule order:
-  // start loading the saved registers of the one two places after 'to' (the top of its stack, cold
-  // after the block's other fibers ran), so that they have arrived when its turn comes. A hint only
-  // (a stale or finished fiber's address is harmless); ~10% off a 16x16-tiled SGEMM's launch.
+  // start loading the stack top of the one two places after 'to' (its saved registers and the
+  // kernel's frame above them: 8 cache lines), cold after the block's other fibers ran, so that it
+  // has arrived when its turn comes. A hint only (a stale or finished fiber's address is harmless);
+  // ~10% off a 16x16-tiled SGEMM's launch with 2 lines; 8 lines took another 1-3% off the MNIST
+  // step's fiber kernels, 16 no more (emu_speed_experiments-*.json, series 8).
   unsigned q = w->pos[to] + 2;
   if (q >= w->nthreads) q -= w->nthreads;
   if (q < w->nthreads) {
     const Fiber& after = w->fibers[w->ord[q]];
-    __builtin_prefetch(after.sp);
-    __builtin_prefetch((const char*)after.sp + 56);
+    for (int line = 0; line < 8; line++) __builtin_prefetch((const char*)after.sp + 64 * line);
   }
 #if EMU_ASM_SWITCH
   emu_switch(from ? &from->sp : &w->dummy_sp, w->fibers[to].sp);
@@ -1373,6 +1374,14 @@ __attribute__((noinline)) static void misaligned(const UbsanMismatch* d, uintptr
 
 EXPORT void __ubsan_handle_type_mismatch_v1(const UbsanMismatch* d, uintptr_t ptr) { misaligned(d, ptr, RA); }
 EXPORT void __ubsan_handle_type_mismatch_v1_abort(const UbsanMismatch* d, uintptr_t ptr) { misaligned(d, ptr, RA); }
+// -fsanitize=unreachable is on only so that every function of a module counts as sanitized for GCC's
+// inliner (compiler.without_scalar_alignment_checks): reaching __builtin_unreachable() is a trap.
+struct UbsanUnreachable { UbsanLoc loc; };
+EXPORT void __ubsan_handle_builtin_unreachable(const UbsanUnreachable* d) {
+  Worker* w = tls_worker;
+  if (!w || !w->in_kernel) abort();
+  fail(w, EMU_ERR_TRAP, d->loc.file, (int)d->loc.line, "__builtin_unreachable() reached");
+}
 
 // ---------------------------------------------------------------------------------------------
 // Blocks and launches
