@@ -220,6 +220,35 @@ def test_convolution_under_autocast_multiplies_rounded_operands(device, case, fm
         assert not fp32_conv, fp32_conv
 
 
+@pytest.mark.parametrize("per_image", [True, False])
+def test_a_convolutions_weight_gradient_sums_one_product_per_image(device, per_image, monkeypatch):
+    """Under autocast the weight gradient's sum runs over every position of every image (K = N·P·Q) into a tiny
+    output: one batched hgemm launch computes an image's product per matrix of the stack (grid z = N; im2col of
+    the batch viewed as N·C channels gives the stack) and a column sum adds them, within the bound of the whole
+    float32 sum. A gradient whose N partial products would be too many values runs as the one product."""
+    if device == "cpu":
+        pytest.skip("no launcher on cpu")
+    write_solutions(minitorch.kernels.workspace_dir(), ("phase6_cnn.ipynb",))
+    if not per_image:
+        monkeypatch.setattr(ops.conv, "PER_IMAGE_MAX_VALUES", 5 * 3 * 2 * 3 * 3 - 1)
+    n, c, h, wd, k = 5, 2, 9, 7, 3
+    rng = np.random.default_rng(5)
+    x32 = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+    dy32 = rng.standard_normal((n, k, h, wd)).astype(np.float32)
+    kernels.reset_launch_counts()
+    with kernels.recording() as launches:
+        dw = ops.conv2d_backward_weight(minitorch.tensor(x32, device), minitorch.tensor(dy32, device), (k, c, 3, 3),
+                                        1, 1, compute_dtype="bfloat16").numpy()
+    xr, dyr = _rounded(x32, "bfloat16"), _rounded(dy32, "bfloat16")
+    win, win_abs = _windows(xr, 3, 3, 1, 1), _windows(np.abs(xr), 3, 3, 1, 1)
+    _assert_within(dw, np.einsum("ncpqrs,nkpq->kcrs", win, dyr), np.einsum("ncpqrs,nkpq->kcrs", win_abs, np.abs(dyr)),
+                   n * h * wd)
+    [product] = [launch for launch in launches if launch.kernel.function.startswith("hgemm")]
+    assert (product.grid + (1, 1))[2] == (n if per_image else 1), product.grid
+    assert _launched("bias_grad") == (1 if per_image else 0) and _launched("im2col") == 1
+    assert _launched("nchw_to_gemm") == (0 if per_image else 1)
+
+
 def test_a_convolution_recorded_in_float32_stays_float32_under_a_later_autocast(device):
     if device != "cpu":  # Phase 6's fp32 launchers pick their rung by the card Phase 5's gemm.py names
         write_solutions(minitorch.kernels.workspace_dir(), ("phase5_fast.ipynb", "phase6_cnn.ipynb"))
