@@ -76,6 +76,31 @@ def test_small_products_run_on_rung_1_and_the_others_on_best(device):
             assert asked == [expected], ((m, k, n), batch, asked)
 
 
+@pytest.mark.parametrize("setting", [None, "best", "wgmma", "mma"])
+def test_a_product_on_a_graph_branch_never_runs_on_rung_6(device, setting, monkeypatch):
+    """Rung 6 writes its tensor maps into one buffer per device before each product: on a side branch of a captured
+    graph (concurrent weight gradients) a product could race one on the main stream for it. There "wgmma", and
+    "best" (rung 6 on an sm_90 GPU for a long K), become rung 5 ("pipeline"); other rungs stay as asked."""
+    if device != "emu":
+        pytest.skip("the branch is stood in for on the emulator (on cuda in_branch is the capture's state)")
+    asked = kernels.load_module("hgemm.py").VARIANTS_ASKED
+    a, b = (minitorch.tensor(np.ones((64, 600), np.float32), device) for _ in range(2))
+    b2 = minitorch.tensor(np.ones((65, 600), np.float32), device)  # another shape: no launch plan replayed
+    previous = ops.set_hgemm_variant(setting)
+    try:
+        with amp.autocast("bfloat16"):
+            asked.clear()
+            ops.matmul(a, b, transpose_b=True)
+            outside = list(asked)
+            monkeypatch.setattr(minitorch.backend.get_backend(device), "in_branch", True)
+            asked.clear()
+            ops.matmul(a, b2, transpose_b=True)
+    finally:
+        ops.set_hgemm_variant(previous)
+    assert outside == [setting or "best"]
+    assert asked == ["mma" if setting == "mma" else "pipeline"]
+
+
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
 def test_a_long_k_weight_gradient_is_split_into_pieces_and_summed(device, out_dtype):
     """dW = Xᵀ·dY with K = 2048 and a small output: one batched launch over 8 pieces of K (A and B read in place

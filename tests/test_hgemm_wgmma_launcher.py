@@ -135,3 +135,38 @@ def test_a_stack_of_matrices_runs_on_rung5_in_one_launch(hg):
     assert not launches
     assert kernels.launch_count("hgemm.cu", module.kernel_name("pipeline", "fp16", "float", False, False)) == 1
     np.testing.assert_array_equal(backend.asnumpy(out), np.full((3, 16, 16), 8.0, np.float32))
+
+
+@pytest.mark.parametrize(("k", "batch", "sm90", "written", "rung6"), [
+    (256, 0, True, True, True),     # one matrix, K long enough: rung 6
+    (248, 0, True, True, False),    # K < WGMMA_BEST_MIN_K: rung 5 measured faster there
+    (256, 2, True, True, False),    # a stack: rung 6's maps are 2-D
+    (256, 0, False, True, False),   # not an sm_90 GPU
+    (256, 0, True, False, False),   # hgemm_wgmma.cu not written: the phase passes without rung 6
+])
+def test_best_runs_rung6_on_sm90_for_a_long_k(hg, monkeypatch, k, batch, sm90, written, rung6):
+    """variant="best" is rung 6 on an sm_90 GPU for one matrix with K >= 256 once rung 6 is written (faster there
+    through the launcher, benchmarks/results/phase8a_wgmma-*.json), rung 5 otherwise."""
+    module, launches, _ = hg
+    monkeypatch.setattr(module, "has_sm90", lambda: sm90)
+    if not written:
+        fake_load = module.load_kernel
+
+        def load(filename, function, options=(), name_expressions=None):
+            if filename == module.WGMMA_FILE:
+                raise kernels.KernelNotWrittenError("hgemm_wgmma.cu: MINITORCH_TODO left in hgemm_6_wgmma")
+            return fake_load(filename, function, options, name_expressions)
+
+        monkeypatch.setattr(module, "load_kernel", load)
+    m, n = 16, 8
+    shape = (batch,) if batch else ()
+    a = backend.asarray(np.ones(shape + (m, k), np.float16))
+    b = backend.asarray(np.ones(shape + (k, n), np.float16))
+    out = backend.asarray(np.full(shape + (m, n), np.nan, np.float32))
+    kernels.reset_launch_counts()
+    module.hgemm(a, b, out, "float16", "best")
+    assert [name for name, *_ in launches] == (
+        ["store_tensor_maps", "hgemm_6_wgmma<fp16, float, false, false>"] if rung6 else [])
+    if not rung6:
+        assert kernels.launch_count("hgemm.cu", module.kernel_name("pipeline", "fp16", "float", False, False)) == 1
+        np.testing.assert_array_equal(backend.asnumpy(out), np.full(shape + (m, n), float(k), np.float32))

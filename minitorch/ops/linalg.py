@@ -48,7 +48,8 @@ def set_hgemm_variant(variant: HgemmVariant) -> HgemmVariant:
 
 
 # Small products run on rung 1 of the ladder ("wmma": one warp a 16 x 16 tile of C), the others on variant "best"
-# (rung 5, whose block computes a whole 128 x 128 tile of C). What is small depends on what a product costs:
+# (rung 5, whose block computes a whole 128 x 128 tile of C; on an sm_90 GPU, rung 6 where K >= 256: the lab's
+# hgemm.py, best_variant). What is small depends on what a product costs:
 # - on a GPU, time. Attention's batched products on an H100 (benchmarks/results/phase8a_bmm-*.json, 256 matrices):
 #   64 x 16 outputs (P V, dQ, dK, dV) take 5.3-5.7 us on rung 1 and 9.7-9.9 us on rung 5; 64 x 64 (Q Kᵀ) 10.5 us
 #   against 8.1 us, 128 x 128 29.6 against 11.1 us. So outputs of at most GPU_SMALL_OUTPUT values.
@@ -95,9 +96,10 @@ def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: boo
         choice = choice(m, n, k, transpose_a, transpose_b)
     if choice is None:
         choice = hgemm_variant(device, m, n, k)
-    if choice == "wgmma" and backend.get_backend(device).in_branch:
+    if choice in ("wgmma", "best") and backend.get_backend(device).in_branch:
         # rung 6 writes its tensor maps into one buffer per device before each product: a product on a side
         # branch of a graph, concurrent with one on the main stream, would race for it; rung 5 keeps none
+        # ("best" is rung 6 on an sm_90 GPU for a long K: the lab's hgemm.py, best_variant)
         choice = "pipeline"
     launch(device, HGEMM_FILE, "hgemm", a, b, out, outputs=(2,), dtype=compute.name, variant=choice,
            transpose_a=transpose_a, transpose_b=transpose_b)
