@@ -238,38 +238,82 @@ def mnist_rows(device: str, config: dict) -> list[dict]:
     tdev = "cuda" if device == "cuda" else "cpu"
     tx = torch.from_numpy(np.ascontiguousarray(arrays["x_train"][chosen])).to(tdev)
     ty = torch.from_numpy(arrays["y_train"][chosen]).to(tdev)
-    def torch_step_of(precision: str, capturable: bool):
-        net = torch.nn.Sequential(
-            torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-            torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-            torch.nn.Flatten(), torch.nn.Linear(784, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).to(tdev)
-        adam = torch.optim.Adam(net.parameters(), lr=mnist.LEARNING_RATE, capturable=capturable)
-
-        def torch_step():
-            with torch_autocast(precision, tdev):
-                loss = torch.nn.functional.cross_entropy(net(tx), ty)
-            adam.zero_grad(set_to_none=False)
-            loss.backward()
-            adam.step()
-            return loss
-
-        torch_step()
-        return torch_step
-
+    torch_steps = {}
     for precision in PRECISIONS:
-        row[f"pytorch_{precision}_eager_seconds"] = time_of(torch_step_of(precision, False))
+        row[f"pytorch_{precision}_eager_seconds"] = time_of(torch_mnist_step(tx, ty, precision, False))
         if device == "cuda":
             gc.collect()  # earlier steps' autograd graphs belong to the default stream: let them go first
-            row[f"pytorch_{precision}_captured_seconds"] = time_of(
-                gpt.torch_captured(torch_step_of(precision, True)).replay)
+            torch_steps[precision] = gpt.torch_captured(torch_mnist_step(tx, ty, precision, True))
+            row[f"pytorch_{precision}_captured_seconds"] = time_of(torch_steps[precision].replay)
     rows.append(row)
+    if PROFILE and device == "cuda":  # where the bf16 step's time goes, kernel by kernel, against PyTorch's
+        for name, run in (("minitorch_bfloat16_captured", steps["bfloat16"][0].replay),
+                          ("minitorch_bfloat16_eager", steps["bfloat16"][1]),
+                          ("minitorch_float32_captured", steps["float32"][0].replay),
+                          ("pytorch_bfloat16_captured", torch_steps["bfloat16"].replay)):
+            rows.append({"kind": "kernels", "model": "mnist_cnn", "run": name, "steps": PROFILE_STEPS,
+                         **kernel_table(run, PROFILE_STEPS)})
     return rows
+
+
+def torch_mnist_step(tx, ty, precision: str, capturable: bool):
+    """PyTorch's training step of the course's CNN on one batch, under ``precision``'s autocast (run once)."""
+    import torch
+
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(784, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).to(tx.device)
+    adam = torch.optim.Adam(net.parameters(), lr=mnist.LEARNING_RATE, capturable=capturable)
+
+    def torch_step():
+        with torch_autocast(precision, tx.device.type):
+            loss = torch.nn.functional.cross_entropy(net(tx), ty)
+        adam.zero_grad(set_to_none=False)
+        loss.backward()
+        adam.step()
+        return loss
+
+    torch_step()
+    return torch_step
+
+
+PROFILE, PROFILE_STEPS = False, 20
+
+
+def kernel_table(run, steps: int) -> dict:
+    """The GPU kernels of ``steps`` calls of ``run`` (torch.profiler: CUPTI sees every kernel of the process, CuPy's
+    and a graph's included): per kernel name the calls and microseconds per step, the longest first."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        run()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                run()
+            torch.cuda.synchronize()
+        table = []
+        for event in prof.key_averages():
+            micros = getattr(event, "self_device_time_total", None)
+            if micros is None:
+                micros = getattr(event, "self_cuda_time_total", 0.0)
+            if micros > 0:
+                table.append({"kernel": event.key[:160], "calls_per_step": event.count / steps,
+                              "us_per_step": micros / steps})
+    except Exception as exc:  # a profiler that cannot run here: say so, keep the timings
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    table.sort(key=lambda r: -r["us_per_step"])
+    return {"total_us_per_step": sum(r["us_per_step"] for r in table), "table": table}
 
 
 def summaries(rows: list[dict]) -> list[dict]:
     out = []
     for model, metric, bound in (("gpt", "val_loss", 0.02), ("mnist_cnn", "test_accuracy", 0.001)):
         trained = {r["precision"]: r for r in rows if r["kind"] == "training" and r["model"] == model}
+        if not trained:  # --only the other model
+            continue
         step = next(r for r in rows if r["kind"] == "step" and r["model"] == model)
         gap = trained["bfloat16"][metric] - trained["float32"][metric]
         summary = {"kind": "summary", "model": model, "metric": metric, "float32": trained["float32"][metric],
@@ -330,10 +374,14 @@ def reduced_rows(steps: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--small", action="store_true", help="the emulator, reduced models, a few steps: a check")
-    parser.add_argument("--only", choices=("gpt", "mnist"), help="one model (a quicker check)")
+    parser.add_argument("--only", choices=("gpt", "mnist"), help="one model (a quicker check; on a GPU it writes "
+                        "phase8a_amp_<model>-<gpu>.json)")
+    parser.add_argument("--profile", action="store_true", help="add the kernels of the CNN's steps (torch.profiler)")
     parser.add_argument("--reduced", type=int, metavar="STEPS", help="the emulator's reduced deliverable, fp32 and "
                         "bf16, STEPS steps: phase8a_gpt_reduced-<device>.json")
     args = parser.parse_args(argv)
+    global PROFILE
+    PROFILE = args.profile
     os.environ["MINITORCH_WORKSPACE"] = tempfile.mkdtemp(prefix="minitorch-bench-")
     import minitorch
     from minitorch.kernels import write_source
@@ -358,10 +406,11 @@ def main(argv: list[str] | None = None) -> int:
         rows += gpt_rows(device, GPT_SMALL if args.small else GPT_FULL)
     if args.only != "gpt":
         rows += mnist_rows(device, MNIST_SMALL if args.small else MNIST_FULL)
-    if not args.only:
-        rows += summaries(rows)
+    rows += summaries(rows)
     config = {"gpt": GPT_SMALL if args.small else GPT_FULL, "mnist": MNIST_SMALL if args.small else MNIST_FULL,
-              "autocast": "bfloat16", "hgemm_variant": "ops.linalg.hgemm_variant: on cuda wmma if M·N <= 2048, else best",
+              "autocast": "bfloat16", "hgemm_variant": "ops.linalg.hgemm_variant: on cuda wmma if M·N <= 2048, else best "
+              "(hgemm.py's best_variant: rung 6 on sm_90 for one matrix with K >= 256, else rung 5)",
+              "conv_weight_grad": "one product per image, summed (ops.conv.per_image_weight_grad)",
               "bmm": "one hgemm launch a batch (grid z)"}
     if args.small:
         path = Path(tempfile.mkdtemp(prefix="phase8a-amp-small-")) / "phase8a_amp-small.json"
@@ -370,7 +419,8 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
         print(f"wrote {path} (not a result for the book)")
         return 0
-    write_results("phase8a_amp", name, rows, configuration="full", config=config)
+    write_results("phase8a_amp" + (f"_{args.only}" if args.only else ""), name, rows, configuration="full",
+                  config=config)
     return 0
 
 
