@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         b = (rs.uniform(-1, 1, (n, k) if tb else (k, n), dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
         out = cupy.empty((m, n), np.float32)
         row = {"shape": name, "m": m, "k": k, "n": n, "ta": ta, "tb": tb}
-        for variant in ("pipeline", "wgmma", "best") if sm90 else ("pipeline", "best"):
+        for variant in ("wmma", "pipeline", "wgmma", "best") if sm90 else ("wmma", "pipeline", "best"):
             run = partial(hg.hgemm, a, b, out, "bfloat16", variant, transpose_a=ta, transpose_b=tb)
             row[f"{variant}_seconds"] = time_gpu(run, max_seconds=0.1, flush=False)
         kernels.reset_launch_counts()
