@@ -14,16 +14,17 @@ full configuration; the emulator may train the reduced one.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pytest
+from saved_models import load_saved_pair, refuse_a_copy
 from test_phase7_gpt import FULL, FULL_BLOCK_SIZES, check_parameters, config_of, sample, validation_ids, validation_loss
+from test_phase7_gpt import MODEL_FILE as PHASE7_MODEL_FILE
 
 from grader import checks
 from grader.checks import GradeError
-from minitorch import backend, kernels
+from minitorch import backend
 
 MODEL_FILE, RECORD_FILE = "shakespeare_bf16_model.npz", "shakespeare_bf16_model.json"
 LAB_SECTION = '"The deliverable: Lab 7\'s GPT in bfloat16" in labs/phase8a_tensor_cores.ipynb'
@@ -31,27 +32,13 @@ REDUCED = {"d_model": 32, "n_head": 2, "n_layer": 1, "block_size": 16}
 
 
 def load_saved_model() -> tuple[dict, dict[str, np.ndarray]]:
-    workspace = kernels.workspace_dir()
-    model_path, record_path = workspace / MODEL_FILE, workspace / RECORD_FILE
-    missing = [p.name for p in (model_path, record_path) if not p.exists()]
-    if missing:
-        raise GradeError(f"no saved bf16 Shakespeare model: {' and '.join(missing)} not found in your workspace "
-                         f"({workspace}). Run the section {LAB_SECTION} to its end: it trains the model under "
-                         f"autocast and saves both files there. Then grade again.")
-    try:
-        record = json.loads(record_path.read_text())
-        with np.load(model_path, allow_pickle=False) as saved:
-            params = {name: saved[name].astype(np.float64) for name in saved.files}
-    except (ValueError, OSError) as exc:
-        raise GradeError(f"cannot read the saved model ({exc}); run the section {LAB_SECTION} again") from exc
-    if not isinstance(record, dict):
-        raise GradeError(f"{RECORD_FILE} must hold a JSON object; run the section {LAB_SECTION} again")
-    absent = [k for k in ("config", "chars", "data_sha256", "autocast") if k not in record]
-    if absent:
-        raise GradeError(f"{RECORD_FILE} lacks {', '.join(absent)}: save it as the lab's last deliverable cell does")
+    record, params = load_saved_pair(MODEL_FILE, RECORD_FILE, "bf16 Shakespeare model", LAB_SECTION,
+                                     ("config", "chars", "data_sha256", "autocast"),
+                                     trains="trains the model under autocast")
     if record["autocast"] != "bfloat16":
         raise GradeError(f"{RECORD_FILE}: autocast is {record['autocast']!r}; the deliverable is the GPT trained "
                          f"with every step under amp.autocast('bfloat16')")
+    refuse_a_copy(params, MODEL_FILE, PHASE7_MODEL_FILE, "Lab 7")
     return record, params
 
 
