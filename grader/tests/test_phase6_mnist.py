@@ -13,10 +13,10 @@ import math
 import warnings
 
 import numpy as np
-from saved_models import load_saved_pair
 
 from grader import checks
 from grader.checks import GradeError
+from grader.tests.saved_models import load_saved_pair
 from minitorch import backend
 
 MODEL_FILE, RECORD_FILE = "mnist_model.npz", "mnist_model.json"

@@ -17,10 +17,10 @@ import math
 
 import numpy as np
 import pytest
-from saved_models import load_saved_pair
 
 from grader import checks
 from grader.checks import GradeError
+from grader.tests.saved_models import load_saved_pair
 from minitorch import backend
 
 MODEL_FILE, RECORD_FILE = "shakespeare_model.npz", "shakespeare_model.json"

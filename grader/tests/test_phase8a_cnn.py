@@ -17,12 +17,12 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from saved_models import load_saved_pair, refuse_a_copy
 from test_phase6_mnist import FULL, check_configuration, check_parameters, count_correct
 from test_phase6_mnist import MODEL_FILE as PHASE6_MODEL_FILE
 
 from grader import checks
 from grader.checks import GradeError
+from grader.tests.saved_models import load_saved_pair, refuse_a_copy
 
 MODEL_FILE, RECORD_FILE = "mnist_bf16_model.npz", "mnist_bf16_model.json"
 LAB_SECTION = '"The deliverable: Lab 6\'s CNN in bfloat16" in labs/phase8a_tensor_cores.ipynb'

@@ -18,12 +18,12 @@ import math
 
 import numpy as np
 import pytest
-from saved_models import load_saved_pair, refuse_a_copy
 from test_phase7_gpt import FULL, FULL_BLOCK_SIZES, check_parameters, config_of, sample, validation_ids, validation_loss
 from test_phase7_gpt import MODEL_FILE as PHASE7_MODEL_FILE
 
 from grader import checks
 from grader.checks import GradeError
+from grader.tests.saved_models import load_saved_pair, refuse_a_copy
 from minitorch import backend
 
 MODEL_FILE, RECORD_FILE = "shakespeare_bf16_model.npz", "shakespeare_bf16_model.json"
