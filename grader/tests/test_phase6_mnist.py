@@ -56,8 +56,9 @@ def check_configuration(record: dict, record_file: str, section: str, full_confi
         raise GradeError(f"the saved model was trained in the emulator's reduced configuration ({config}); on a GPU "
                          f"the lab trains the full one: run the section {section} there, then grade again")
     needed = full_config if full else reduced_config
-    short = [f"{k} {config.get(k)!r} (at least {v})" for k, v in needed.items()
-             if not isinstance(config, dict) or not isinstance(config.get(k), int) or config[k] < v]
+    given = config if isinstance(config, dict) else {}
+    short = [f"{k} {given.get(k)!r} (at least {v})" for k, v in needed.items()
+             if not isinstance(given.get(k), int) or given[k] < v]
     if short:
         raise GradeError(f"{record_file}: the {'full' if full else 'reduced'} configuration trains with "
                          f"{', '.join(f'{k} {v}' for k, v in needed.items())}; the record says {', '.join(short)}")
