@@ -4,7 +4,8 @@ The grader trusts no number the lab printed. It loads ``shakespeare_bf16_model.n
 from the workspace (one pair, saved by one run of the lab's cell), rebuilds the validation split of Tiny Shakespeare
 itself, and computes the validation loss with Phase 7's grader forward pass (float64 NumPy, the same 256 windows:
 grader/tests/test_phase7_gpt.py). The record must say the steps ran under bfloat16 autocast; the weights are the
-float32 master weights.
+float32 master weights, and must not be Lab 7's float32 model saved again (``shakespeare_model.npz`` in the same
+workspace, bit for bit).
 
 The bar is the float32 run's loss plus 0.02 nats (the issue's "within 0.02 of the fp32 run"): the same model, recipe,
 seed and batches in float32 reached 1.8425 on an H100 (``benchmarks/results/phase8a_amp-*.json``), and 2.370 in the
