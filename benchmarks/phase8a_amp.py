@@ -16,7 +16,8 @@ Runs on the reference solution files of Phases 1-8a (a temporary workspace). For
 On a GPU: ``python benchmarks/phase8a_amp.py`` (about two minutes on an H100) writes
 ``benchmarks/results/phase8a_amp-<gpu>.json``. ``--small`` runs every line on the emulator with reduced models and
 a few steps (PyTorch on the cpu: no captured rows) and writes into a temporary directory: a check of the script.
-``--reduced STEPS`` trains Lab 8a's deliverable in its reduced configuration (the emulator's: Lab 7's reduced model
+``--only mnist --profile --mnist-epochs 1`` adds torch.profiler's kernel tables of the CNN's steps (one epoch of
+training each way first); committed as ``phase8a_amp_mnist_profile-<gpu>.json``. ``--reduced STEPS`` trains Lab 8a's deliverable in its reduced configuration (the emulator's: Lab 7's reduced model
 and recipe, STEPS steps) in float32 and under bf16 autocast, both scored in float64 by the grader's own forward pass
 (grader/tests/test_phase7_gpt.py) on its 256 windows, and writes ``phase8a_gpt_reduced-<device>.json``: the data
 behind ``phase8a.shakespeare_bf16_val_loss_reduced``.
