@@ -16,7 +16,8 @@ Runs on the reference solution files of Phases 1-8a (a temporary workspace). For
 On a GPU: ``python benchmarks/phase8a_amp.py`` (about two minutes on an H100) writes
 ``benchmarks/results/phase8a_amp-<gpu>.json``. ``--small`` runs every line on the emulator with reduced models and
 a few steps (PyTorch on the cpu: no captured rows) and writes into a temporary directory: a check of the script.
-``--reduced STEPS`` trains Lab 8a's deliverable in its reduced configuration (the emulator's: Lab 7's reduced model
+``--only mnist --profile --mnist-epochs 1`` adds torch.profiler's kernel tables of the CNN's steps (one epoch of
+training each way first); committed as ``phase8a_amp_mnist_profile-<gpu>.json``. ``--reduced STEPS`` trains Lab 8a's deliverable in its reduced configuration (the emulator's: Lab 7's reduced model
 and recipe, STEPS steps) in float32 and under bf16 autocast, both scored in float64 by the grader's own forward pass
 (grader/tests/test_phase7_gpt.py) on its 256 windows, and writes ``phase8a_gpt_reduced-<device>.json``: the data
 behind ``phase8a.shakespeare_bf16_val_loss_reduced``.
@@ -44,6 +45,9 @@ PRECISIONS = ("float32", "bfloat16")
 GPT_FULL, GPT_SMALL = gpt.FULL, dict(gpt.SMALL, train=dict(steps=6, batch_size=4, lr=1e-2, eval_every=3))
 MNIST_FULL, MNIST_SMALL = mnist.FULL, dict(epochs=1, train_images=128, test_images=100)
 MNIST_STEP_BATCH = mnist.BATCH
+# Lab 8a's reduced CNN deliverable (the emulator's): Lab 6's recipe on fewer images, one epoch (a bf16 step costs
+# the emulator about twice a float32 one: Lab 6's own reduced configuration would add a minute to CI's grading)
+MNIST_REDUCED = dict(epochs=1, train_images=1_280, test_images=10_000)
 
 
 def torch_or_none():
@@ -177,50 +181,61 @@ def gpt_rows(device: str, setup: dict) -> list[dict]:
 # ---------------------------------------------------------------- MNIST CNN
 
 
-def mnist_rows(device: str, config: dict) -> list[dict]:
+def train_cnn(arrays: dict, config: dict, precision: str, seed: int = mnist.SEED) -> dict:
+    """The lab's recipe (cosine rate, images moved a pixel, the step captured each epoch) under ``precision``'s
+    autocast: the model, its last captured step, the eager step, its static inputs and the training seconds."""
     import minitorch
     from minitorch import backend, graph, optim
     from minitorch import functional as F  # noqa: N812
 
+    y_train = arrays["y_train"].astype(np.int32)
+    n_steps, epochs = len(arrays["orders"][0]) // mnist.BATCH, config["epochs"]
+    model = mnist.mnist_cnn(seed)
+    optimizer = optim.Adam(model.parameters(), lr=mnist.LEARNING_RATE)
+    x_batch = minitorch.zeros((mnist.BATCH, 1, 28, 28))
+    y_batch = F.class_indices(np.zeros(mnist.BATCH, np.int64))
+
+    def train_step():
+        optimizer.zero_grad()
+        with autocast(precision):
+            loss = F.cross_entropy(model(x_batch), y_batch)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    seconds = 0.0
+    for epoch, order in enumerate(arrays["orders"]):
+        optimizer.lr = mnist.learning_rate(mnist.LAB_RECIPE, epoch, epochs)
+        x_train = mnist.epoch_images(arrays, mnist.LAB_RECIPE, epoch)
+        backend.synchronize()
+        start = time.perf_counter()
+        captured = graph.capture(train_step)
+        for i in range(n_steps):
+            chosen = order[i * mnist.BATCH:(i + 1) * mnist.BATCH]
+            x_batch.copy_from(x_train[chosen])
+            y_batch.copy_from(y_train[chosen])
+            captured.replay()
+        backend.synchronize()
+        seconds += time.perf_counter() - start
+    return {"model": model, "captured": captured, "step": train_step, "x_batch": x_batch, "y_batch": y_batch,
+            "seconds": seconds}
+
+
+def mnist_rows(device: str, config: dict) -> list[dict]:
     arrays = mnist.load(config)
     time_of = gpt.timer(device)
     rows, steps = [], {}
     y_train = arrays["y_train"].astype(np.int32)
-    n_steps, epochs = len(arrays["orders"][0]) // mnist.BATCH, config["epochs"]
+    epochs = config["epochs"]
     for precision in PRECISIONS:
-        model = mnist.mnist_cnn(mnist.SEED)
-        optimizer = optim.Adam(model.parameters(), lr=mnist.LEARNING_RATE)
-        x_batch = minitorch.zeros((mnist.BATCH, 1, 28, 28))
-        y_batch = F.class_indices(np.zeros(mnist.BATCH, np.int64))
-
-        def train_step(model=model, optimizer=optimizer, x_batch=x_batch, y_batch=y_batch, precision=precision):
-            optimizer.zero_grad()
-            with autocast(precision):
-                loss = F.cross_entropy(model(x_batch), y_batch)
-            loss.backward()
-            optimizer.step()
-            return loss
-
-        seconds = 0.0
-        for epoch, order in enumerate(arrays["orders"]):  # the lab's recipe: cosine rate, images moved a pixel
-            optimizer.lr = mnist.learning_rate(mnist.LAB_RECIPE, epoch, epochs)
-            x_train = mnist.epoch_images(arrays, mnist.LAB_RECIPE, epoch)
-            backend.synchronize()
-            start = time.perf_counter()
-            captured = graph.capture(train_step)
-            for i in range(n_steps):
-                chosen = order[i * mnist.BATCH:(i + 1) * mnist.BATCH]
-                x_batch.copy_from(x_train[chosen])
-                y_batch.copy_from(y_train[chosen])
-                captured.replay()
-            backend.synchronize()
-            seconds += time.perf_counter() - start
-        accuracy = float(np.mean(mnist.predict_minitorch(model, arrays["x_test"]) == arrays["y_test"]))
+        run = train_cnn(arrays, config, precision)
+        captured, seconds = run["captured"], run["seconds"]
+        accuracy = float(np.mean(mnist.predict_minitorch(run["model"], arrays["x_test"]) == arrays["y_test"]))
         rows.append({"kind": "training", "model": "mnist_cnn", "precision": precision, "epochs": epochs,
                      "test_accuracy": accuracy, "train_seconds": seconds, "launches_per_step": captured.launches})
         print(f"MNIST CNN {precision}: test accuracy {accuracy:.2%} after {epochs} epochs in {seconds:.2f} s "
               f"({captured.launches} launches a step)", flush=True)
-        steps[precision] = (captured, train_step, x_batch, y_batch)
+        steps[precision] = (captured, run["step"], run["x_batch"], run["y_batch"])
 
     row = {"kind": "step", "model": "mnist_cnn", "batch": mnist.BATCH}
     chosen = arrays["orders"][0][:mnist.BATCH]  # one batch, for every framework and precision
@@ -238,38 +253,82 @@ def mnist_rows(device: str, config: dict) -> list[dict]:
     tdev = "cuda" if device == "cuda" else "cpu"
     tx = torch.from_numpy(np.ascontiguousarray(arrays["x_train"][chosen])).to(tdev)
     ty = torch.from_numpy(arrays["y_train"][chosen]).to(tdev)
-    def torch_step_of(precision: str, capturable: bool):
-        net = torch.nn.Sequential(
-            torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-            torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-            torch.nn.Flatten(), torch.nn.Linear(784, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).to(tdev)
-        adam = torch.optim.Adam(net.parameters(), lr=mnist.LEARNING_RATE, capturable=capturable)
-
-        def torch_step():
-            with torch_autocast(precision, tdev):
-                loss = torch.nn.functional.cross_entropy(net(tx), ty)
-            adam.zero_grad(set_to_none=False)
-            loss.backward()
-            adam.step()
-            return loss
-
-        torch_step()
-        return torch_step
-
+    torch_steps = {}
     for precision in PRECISIONS:
-        row[f"pytorch_{precision}_eager_seconds"] = time_of(torch_step_of(precision, False))
+        row[f"pytorch_{precision}_eager_seconds"] = time_of(torch_mnist_step(tx, ty, precision, False))
         if device == "cuda":
             gc.collect()  # earlier steps' autograd graphs belong to the default stream: let them go first
-            row[f"pytorch_{precision}_captured_seconds"] = time_of(
-                gpt.torch_captured(torch_step_of(precision, True)).replay)
+            torch_steps[precision] = gpt.torch_captured(torch_mnist_step(tx, ty, precision, True))
+            row[f"pytorch_{precision}_captured_seconds"] = time_of(torch_steps[precision].replay)
     rows.append(row)
+    if PROFILE and device == "cuda":  # where the bf16 step's time goes, kernel by kernel, against PyTorch's
+        for name, run in (("minitorch_bfloat16_captured", steps["bfloat16"][0].replay),
+                          ("minitorch_bfloat16_eager", steps["bfloat16"][1]),
+                          ("minitorch_float32_captured", steps["float32"][0].replay),
+                          ("pytorch_bfloat16_captured", torch_steps["bfloat16"].replay)):
+            rows.append({"kind": "kernels", "model": "mnist_cnn", "run": name, "steps": PROFILE_STEPS,
+                         **kernel_table(run, PROFILE_STEPS)})
     return rows
+
+
+def torch_mnist_step(tx, ty, precision: str, capturable: bool):
+    """PyTorch's training step of the course's CNN on one batch, under ``precision``'s autocast (run once)."""
+    import torch
+
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(784, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).to(tx.device)
+    adam = torch.optim.Adam(net.parameters(), lr=mnist.LEARNING_RATE, capturable=capturable)
+
+    def torch_step():
+        with torch_autocast(precision, tx.device.type):
+            loss = torch.nn.functional.cross_entropy(net(tx), ty)
+        adam.zero_grad(set_to_none=False)
+        loss.backward()
+        adam.step()
+        return loss
+
+    torch_step()
+    return torch_step
+
+
+PROFILE, PROFILE_STEPS = False, 20
+
+
+def kernel_table(run, steps: int) -> dict:
+    """The GPU kernels of ``steps`` calls of ``run`` (torch.profiler: CUPTI sees every kernel of the process, CuPy's
+    and a graph's included): per kernel name the calls and microseconds per step, the longest first."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        run()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                run()
+            torch.cuda.synchronize()
+        table = []
+        for event in prof.key_averages():
+            micros = getattr(event, "self_device_time_total", None)
+            if micros is None:
+                micros = getattr(event, "self_cuda_time_total", 0.0)
+            if micros > 0:
+                table.append({"kernel": event.key[:160], "calls_per_step": event.count / steps,
+                              "us_per_step": micros / steps})
+    except Exception as exc:  # a profiler that cannot run here: say so, keep the timings
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    table.sort(key=lambda r: -r["us_per_step"])
+    return {"total_us_per_step": sum(r["us_per_step"] for r in table), "table": table}
 
 
 def summaries(rows: list[dict]) -> list[dict]:
     out = []
     for model, metric, bound in (("gpt", "val_loss", 0.02), ("mnist_cnn", "test_accuracy", 0.001)):
         trained = {r["precision"]: r for r in rows if r["kind"] == "training" and r["model"] == model}
+        if not trained:  # --only the other model
+            continue
         step = next(r for r in rows if r["kind"] == "step" and r["model"] == model)
         gap = trained["bfloat16"][metric] - trained["float32"][metric]
         summary = {"kind": "summary", "model": model, "metric": metric, "float32": trained["float32"][metric],
@@ -327,18 +386,52 @@ def reduced_rows(steps: int) -> list[dict]:
     return rows
 
 
+def reduced_cnn_rows(seeds: list[int]) -> list[dict]:
+    """Lab 8a's reduced CNN deliverable trained in float32 and under bf16 autocast from each seed (the same batches
+    both ways), each scored as the grader scores it: its float64 forward pass on the 10,000 test images."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "grader" / "tests"))
+    from test_phase6_mnist import logits64
+
+    rows = []
+    for seed in seeds:
+        arrays = mnist.load(MNIST_REDUCED, seed)
+        for precision in PRECISIONS:
+            start, cpu = time.perf_counter(), time.process_time()
+            run = train_cnn(arrays, MNIST_REDUCED, precision, seed)
+            cpu_train = time.process_time() - cpu
+            params = {k: np.asarray(v, np.float64) for k, v in run["model"].state_dict().items()}
+            x = arrays["x_test"].astype(np.float64)
+            predicted = np.concatenate([np.argmax(logits64(params, x[i:i + 1000]), axis=1)
+                                        for i in range(0, len(x), 1000)])
+            accuracy = float(np.mean(predicted == arrays["y_test"]))
+            rows.append({"kind": "reduced_cnn", "seed": seed, "precision": precision,
+                         "test_accuracy_float64": accuracy, "seconds": time.perf_counter() - start,
+                         "cpu_seconds_training": cpu_train, "launches": run["captured"].launches})
+            print(f"reduced CNN, seed {seed}, {precision}: test accuracy {accuracy:.2%} (float64, the grader's "
+                  f"forward pass), training {cpu_train:.1f} s of CPU", flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--small", action="store_true", help="the emulator, reduced models, a few steps: a check")
-    parser.add_argument("--only", choices=("gpt", "mnist"), help="one model (a quicker check)")
+    parser.add_argument("--only", choices=("gpt", "mnist"), help="one model (a quicker check; on a GPU it writes "
+                        "phase8a_amp_<model>-<gpu>.json)")
+    parser.add_argument("--profile", action="store_true", help="add the kernels of the CNN's steps (torch.profiler)")
+    parser.add_argument("--reduced-cnn", metavar="SEEDS", help="the emulator's reduced CNN deliverable, fp32 and "
+                        "bf16, from these seeds (e.g. 0,1,2): phase8a_cnn_reduced-<device>.json")
+    parser.add_argument("--mnist-epochs", type=int, metavar="N", help="train the CNN N epochs (of the recipe's "
+                        "10): a quicker run for the step timings; its accuracies are not the deliverable's")
     parser.add_argument("--reduced", type=int, metavar="STEPS", help="the emulator's reduced deliverable, fp32 and "
                         "bf16, STEPS steps: phase8a_gpt_reduced-<device>.json")
     args = parser.parse_args(argv)
+    global PROFILE
+    PROFILE = args.profile
     os.environ["MINITORCH_WORKSPACE"] = tempfile.mkdtemp(prefix="minitorch-bench-")
     import minitorch
     from minitorch.kernels import write_source
 
-    device = "emu" if args.small or args.reduced else "cuda"
+    device = "emu" if args.small or args.reduced or args.reduced_cnn else "cuda"
     if device == "cuda" and not minitorch.cuda_available():
         print("no usable GPU: run with --small for a check of the script on the emulator", file=sys.stderr)
         return 1
@@ -348,20 +441,30 @@ def main(argv: list[str] | None = None) -> int:
             write_source(name, source)
     name = gpu_name() if device == "cuda" else emulator_name()
     print(f"device: {name}", flush=True)
+    if args.reduced_cnn:
+        seeds = [int(v) for v in args.reduced_cnn.split(",")]
+        write_results("phase8a_cnn_reduced", name, reduced_cnn_rows(seeds), config=MNIST_REDUCED,
+                      batch_size=mnist.BATCH, learning_rate=mnist.LEARNING_RATE, recipe=mnist.LAB_RECIPE,
+                      autocast="bfloat16", hgemm_variant="ops.linalg.hgemm_variant")
+        return 0
     if args.reduced:
         write_results("phase8a_gpt_reduced", name, reduced_rows(args.reduced), model=gpt.REDUCED["model"],
                       train=dict(gpt.REDUCED["train"], steps=args.reduced), autocast="bfloat16",
                       hgemm_variant="ops.linalg.hgemm_variant")
         return 0
     rows: list[dict] = []
+    mnist_config = MNIST_SMALL if args.small else MNIST_FULL
+    if args.mnist_epochs:
+        mnist_config = dict(mnist_config, epochs=args.mnist_epochs)
     if args.only != "mnist":
         rows += gpt_rows(device, GPT_SMALL if args.small else GPT_FULL)
     if args.only != "gpt":
-        rows += mnist_rows(device, MNIST_SMALL if args.small else MNIST_FULL)
-    if not args.only:
-        rows += summaries(rows)
-    config = {"gpt": GPT_SMALL if args.small else GPT_FULL, "mnist": MNIST_SMALL if args.small else MNIST_FULL,
-              "autocast": "bfloat16", "hgemm_variant": "ops.linalg.hgemm_variant: on cuda wmma if M·N <= 2048, else best",
+        rows += mnist_rows(device, mnist_config)
+    rows += summaries(rows)
+    config = {"gpt": GPT_SMALL if args.small else GPT_FULL, "mnist": mnist_config,
+              "autocast": "bfloat16", "hgemm_variant": "ops.linalg.hgemm_variant: on cuda wmma if M·N <= 2048, else best "
+              "(hgemm.py's best_variant: rung 6 on sm_90 for one matrix with K >= 256, else rung 5)",
+              "conv_weight_grad": "one product per image, summed (ops.conv.per_image_weight_grad)",
               "bmm": "one hgemm launch a batch (grid z)"}
     if args.small:
         path = Path(tempfile.mkdtemp(prefix="phase8a-amp-small-")) / "phase8a_amp-small.json"
@@ -370,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
         print(f"wrote {path} (not a result for the book)")
         return 0
-    write_results("phase8a_amp", name, rows, configuration="full", config=config)
+    write_results("phase8a_amp" + (f"_{args.only}" if args.only else ""), name, rows,
+                  configuration=f"mnist_epochs={args.mnist_epochs}" if args.mnist_epochs else "full", config=config)
     return 0
 
 

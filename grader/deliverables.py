@@ -324,6 +324,7 @@ def evaluate_sales(workspace: Path) -> str:
 
 
 # ---------------------------------------------------------------- every deliverable's pair
+# By phase; Phase 8a has two (its GPT, "phase8a", and its CNN, "phase8a_cnn").
 
 PAIRS: dict[str, SavedPair] = {
     "phase4": SavedPair(SALES_RECORD, (SALES_MODEL,), SALES_LAB_SECTION),
@@ -336,6 +337,8 @@ PAIRS: dict[str, SavedPair] = {
                         '"The deliverable: a character-level GPT on Tiny Shakespeare" in labs/phase7_gpt.ipynb'),
     "phase8a": SavedPair("shakespeare_bf16_model.json", ("shakespeare_bf16_model.npz",),
                          '"The deliverable: Lab 7\'s GPT in bfloat16" in labs/phase8a_tensor_cores.ipynb'),
+    "phase8a_cnn": SavedPair("mnist_bf16_model.json", ("mnist_bf16_model.npz",),
+                             '"The deliverable: Lab 6\'s CNN in bfloat16" in labs/phase8a_tensor_cores.ipynb'),
     "phase8b": SavedPair("nanogpt_model.json", ("nanogpt_model.npz",),
                          '"The capstone: nanoGPT\'s Shakespeare model on your kernels" in labs/phase8b_flash.ipynb',
                          limit=CAPSTONE_FILE_BYTES),
@@ -349,6 +352,7 @@ READ_BY: dict[str, str] = {
     "test_phase6_mnist.py::test_mnist_model_accuracy_on_the_test_set": "phase6",
     "test_phase7_gpt.py::test_shakespeare_model_validation_loss": "phase7",
     "test_phase8a_gpt.py::test_bf16_shakespeare_model_validation_loss": "phase8a",
+    "test_phase8a_cnn.py::test_bf16_mnist_model_accuracy_on_the_test_set": "phase8a_cnn",
     "test_phase8b_capstone.py::test_capstone_validation_loss": "phase8b",
 }
 

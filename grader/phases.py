@@ -74,7 +74,7 @@ PHASES: dict[str, Phase] = _chain(
                        "recipe.py"))),
     ("phase8a", "Tensor cores (16-bit conversions, the HGEMM ladder, mixed precision)", dict(
         lab="phase8a_tensor_cores", tests=("test_phase8a.py", "test_phase8a_wgmma.py", "test_phase8a_amp.py",
-                                                   "test_phase8a_gpt.py"),
+                                                   "test_phase8a_gpt.py", "test_phase8a_cnn.py"),
         learner_files=("convert.cu", "convert.py", "hgemm.cu", "hgemm.py", "hgemm_wgmma.cu", "scaler.cu",
                        "scaler.py"))),
     ("phase8b", "FlashAttention (forward ladder, backward, dropout)", dict(

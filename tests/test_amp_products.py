@@ -58,7 +58,7 @@ def test_bmm_under_autocast_multiplies_rounded_operands(device, fmt, ta, tb):
 def test_small_products_run_on_rung_1_and_the_others_on_best(device):
     """Small products ask hgemm.py for rung 1 ("wmma": a warp a 16 x 16 tile), the others for "best" (rung 5's
     128 x 128 block tiles and its pipeline), batched or not. Small: on a GPU outputs of at most 2048 values (what
-    an H100 ran faster on rung 1); on the emulator at most 128 x 128 values with K at most 512 (less work)."""
+    an H100 ran faster on rung 1); on the emulator every product (rung 1 computes less and took less CPU time)."""
     if device == "cpu":
         pytest.skip("no launcher on cpu")
     asked = kernels.load_module("hgemm.py").VARIANTS_ASKED
@@ -66,14 +66,40 @@ def test_small_products_run_on_rung_1_and_the_others_on_best(device):
     with amp.autocast("bfloat16"):
         emu = device == "emu"
         for (m, k, n), batch, expected in (((64, 9, 16), 3, "wmma"), ((64, 9, 64), 3, "wmma" if emu else "best"),
-                                           ((129, 9, 128), 3, "best"), ((64, 9, 32), 0, "wmma"),
-                                           ((256, 512, 64), 0, "wmma" if emu else "best"), ((64, 513, 64), 0, "best"),
-                                           ((128, 9, 129), 0, "best"), ((1, 300, 1), 0, "wmma")):
+                                           ((129, 9, 128), 3, "wmma" if emu else "best"), ((64, 9, 32), 0, "wmma"),
+                                           ((256, 512, 64), 0, "wmma" if emu else "best"),
+                                           ((64, 513, 64), 0, "wmma" if emu else "best"),
+                                           ((128, 9, 129), 0, "wmma" if emu else "best"), ((1, 300, 1), 0, "wmma")):
             shape_a, shape_b = ((batch, m, k), (batch, k, n)) if batch else ((m, k), (k, n))
             a, b = (minitorch.tensor(rng.standard_normal(s).astype(np.float32), device) for s in (shape_a, shape_b))
             asked.clear()
             ops.bmm(a, b) if batch else ops.matmul(a, b)
             assert asked == [expected], ((m, k, n), batch, asked)
+
+
+@pytest.mark.parametrize("setting", ["best", "wgmma", "mma"])
+def test_a_product_on_a_graph_branch_never_runs_on_rung_6(device, setting, monkeypatch):
+    """Rung 6 writes its tensor maps into one buffer per device before each product: on a side branch of a captured
+    graph (concurrent weight gradients) a product could race one on the main stream for it. There "wgmma", and
+    "best" (rung 6 on an sm_90 GPU for a long K), become rung 5 ("pipeline"); other rungs stay as asked."""
+    if device != "emu":
+        pytest.skip("the branch is stood in for on the emulator (on cuda in_branch is the capture's state)")
+    asked = kernels.load_module("hgemm.py").VARIANTS_ASKED
+    a, b = (minitorch.tensor(np.ones((64, 600), np.float32), device) for _ in range(2))
+    b2 = minitorch.tensor(np.ones((65, 600), np.float32), device)  # another shape: no launch plan replayed
+    previous = ops.set_hgemm_variant(setting)
+    try:
+        with amp.autocast("bfloat16"):
+            asked.clear()
+            ops.matmul(a, b, transpose_b=True)
+            outside = list(asked)
+            monkeypatch.setattr(minitorch.backend.get_backend(device), "in_branch", True)
+            asked.clear()
+            ops.matmul(a, b2, transpose_b=True)
+    finally:
+        ops.set_hgemm_variant(previous)
+    assert outside == [setting]
+    assert asked == ["mma" if setting == "mma" else "pipeline"]
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])
@@ -290,6 +316,35 @@ def test_convolution_under_autocast_multiplies_rounded_operands(device, case, fm
         fp32_conv = [key for key, cnt in kernels.launch_counts().items() if cnt and key[1].startswith("conv2d")
                      and key[1] != "conv2d_bias_grad"]
         assert not fp32_conv, fp32_conv
+
+
+@pytest.mark.parametrize("per_image", [True, False])
+def test_a_convolutions_weight_gradient_sums_one_product_per_image(device, per_image, monkeypatch):
+    """Under autocast the weight gradient's sum runs over every position of every image (K = N·P·Q) into a tiny
+    output: one batched hgemm launch computes an image's product per matrix of the stack (grid z = N; im2col of
+    the batch viewed as N·C channels gives the stack) and a column sum adds them, within the bound of the whole
+    float32 sum. A gradient whose N partial products would be too many values runs as the one product."""
+    if device == "cpu":
+        pytest.skip("no launcher on cpu")
+    write_solutions(minitorch.kernels.workspace_dir(), ("phase6_cnn.ipynb",))
+    if not per_image:
+        monkeypatch.setattr(ops.conv, "PER_IMAGE_MAX_VALUES", 5 * 3 * 2 * 3 * 3 - 1)
+    n, c, h, wd, k = 5, 2, 9, 7, 3
+    rng = np.random.default_rng(5)
+    x32 = rng.standard_normal((n, c, h, wd)).astype(np.float32)
+    dy32 = rng.standard_normal((n, k, h, wd)).astype(np.float32)
+    kernels.reset_launch_counts()
+    with kernels.recording() as launches:
+        dw = ops.conv2d_backward_weight(minitorch.tensor(x32, device), minitorch.tensor(dy32, device), (k, c, 3, 3),
+                                        1, 1, compute_dtype="bfloat16").numpy()
+    xr, dyr = _rounded(x32, "bfloat16"), _rounded(dy32, "bfloat16")
+    win, win_abs = _windows(xr, 3, 3, 1, 1), _windows(np.abs(xr), 3, 3, 1, 1)
+    _assert_within(dw, np.einsum("ncpqrs,nkpq->kcrs", win, dyr), np.einsum("ncpqrs,nkpq->kcrs", win_abs, np.abs(dyr)),
+                   n * h * wd)
+    [product] = [launch for launch in launches if launch.kernel.function.startswith("hgemm")]
+    assert (product.grid + (1, 1))[2] == (n if per_image else 1), product.grid
+    assert _launched("bias_grad") == (1 if per_image else 0) and _launched("im2col") == 1
+    assert _launched("nchw_to_gemm") == (0 if per_image else 1)
 
 
 def test_a_convolution_recorded_in_float32_stays_float32_under_a_later_autocast(device):

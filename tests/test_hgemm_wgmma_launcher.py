@@ -135,3 +135,78 @@ def test_a_stack_of_matrices_runs_on_rung5_in_one_launch(hg):
     assert not launches
     assert kernels.launch_count("hgemm.cu", module.kernel_name("pipeline", "fp16", "float", False, False)) == 1
     np.testing.assert_array_equal(backend.asnumpy(out), np.full((3, 16, 16), 8.0, np.float32))
+
+
+@pytest.mark.parametrize(("k", "batch", "sm90", "written", "rung6"), [
+    (256, 0, True, True, True),     # one matrix, K long enough: rung 6
+    (248, 0, True, True, False),    # K < WGMMA_BEST_MIN_K: rung 5 measured faster there
+    (256, 2, True, True, False),    # a stack: rung 6's maps are 2-D
+    (256, 0, False, True, False),   # not an sm_90 GPU
+    (256, 0, True, False, False),   # hgemm_wgmma.cu not written: the phase passes without rung 6
+])
+def test_best_runs_rung6_on_sm90_for_a_long_k(hg, monkeypatch, k, batch, sm90, written, rung6):
+    """variant="best" is rung 6 on an sm_90 GPU for one matrix with K >= 256 once rung 6 is written (faster there
+    through the launcher, benchmarks/results/phase8a_wgmma-*.json), rung 5 otherwise."""
+    module, launches, _ = hg
+    monkeypatch.setattr(module, "has_sm90", lambda: sm90)
+    if not written:
+        fake_load = module.load_kernel
+
+        def load(filename, function, options=(), name_expressions=None):
+            if filename == module.WGMMA_FILE:
+                raise kernels.KernelNotWrittenError("hgemm_wgmma.cu: MINITORCH_TODO left in hgemm_6_wgmma")
+            return fake_load(filename, function, options, name_expressions)
+
+        monkeypatch.setattr(module, "load_kernel", load)
+    m, n = 16, 8
+    shape = (batch,) if batch else ()
+    a = backend.asarray(np.ones(shape + (m, k), np.float16))
+    b = backend.asarray(np.ones(shape + (k, n), np.float16))
+    out = backend.asarray(np.full(shape + (m, n), np.nan, np.float32))
+    kernels.reset_launch_counts()
+    module.hgemm(a, b, out, "float16", "best")
+    assert [name for name, *_ in launches] == (
+        ["store_tensor_maps", "hgemm_6_wgmma<fp16, float, false, false>"] if rung6 else [])
+    if not rung6:
+        assert kernels.launch_count("hgemm.cu", module.kernel_name("pipeline", "fp16", "float", False, False)) == 1
+        np.testing.assert_array_equal(backend.asnumpy(out), np.full(shape + (m, n), float(k), np.float32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("m", "k", "n", "ta", "tb", "rung6"), [
+    (1000, 264, 520, False, False, True),
+    (136, 256, 72, True, False, True),
+    (520, 1000, 264, False, True, True),
+    (200, 512, 96, True, True, True),
+    (64, 248, 64, False, False, False),   # K < WGMMA_BEST_MIN_K: rung 5
+    (72, 300, 81, False, False, False),   # B's rows of 81 elements: the TMA cannot copy them
+])
+def test_best_on_an_sm90_gpu_runs_rung6_right(workspace, m, k, n, ta, tb, rung6):
+    """On an H100/H200, variant="best" launches rung 6 for a long K (and rung 5 otherwise), with values within
+    fp32 accumulation's bound of the float64 product of the bf16 operands."""
+    cupy = pytest.importorskip("cupy")
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("rung 6 needs an sm_90 GPU")
+    for name, text in solution_files(NOTEBOOK).items():
+        kernels.write_source(name, text)
+    previous = backend.get_device()
+    backend.set_device("cuda")
+    try:
+        module = kernels.load_module("hgemm.py")
+        rng = np.random.default_rng(m + k + n)
+        a32 = rng.uniform(-1, 1, (k, m) if ta else (m, k)).astype(np.float32)
+        b32 = rng.uniform(-1, 1, (n, k) if tb else (k, n)).astype(np.float32)
+        bits = [((x.view(np.uint32) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1)) >> 16).astype(np.uint16)
+                for x in (a32, b32)]  # round to nearest even (finite values)
+        a64, b64 = ((b.astype(np.uint32) << 16).view(np.float32).astype(np.float64) for b in bits)
+        out = backend.asarray(np.full((m, n), np.nan, np.float32))
+        kernels.reset_launch_counts()
+        module.hgemm(backend.asarray(bits[0]), backend.asarray(bits[1]), out, "bfloat16", "best", transpose_a=ta,
+                     transpose_b=tb)
+        wgmma = module.kernel_name("wgmma", "bf16", "float", ta, tb)
+        assert kernels.launch_count(module.WGMMA_FILE, wgmma) == int(rung6)
+        op_a, op_b = (a64.T if ta else a64), (b64.T if tb else b64)
+        bound = 2 * k * 2.0 ** -24 * (np.abs(op_a) @ np.abs(op_b))
+        assert np.all(np.abs(backend.asnumpy(out) - op_a @ op_b) <= bound)
+    finally:
+        backend.set_device(previous)

@@ -9,7 +9,6 @@ configuration counts.
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 
@@ -17,7 +16,8 @@ import numpy as np
 
 from grader import checks
 from grader.checks import GradeError
-from minitorch import backend, kernels
+from grader.tests.saved_models import load_saved_pair
+from minitorch import backend
 
 MODEL_FILE, RECORD_FILE = "mnist_model.npz", "mnist_model.json"
 LAB_SECTION = '"The deliverable: reading handwritten digits" in labs/phase6_cnn.ipynb'
@@ -29,31 +29,44 @@ REDUCED = {"epochs": 2, "train_images": 3_000}  # at least this much training fo
 
 
 def load_saved_model() -> tuple[dict, dict[str, np.ndarray]]:
-    workspace = kernels.workspace_dir()
-    model_path, record_path = workspace / MODEL_FILE, workspace / RECORD_FILE
-    missing = [p.name for p in (model_path, record_path) if not p.exists()]
-    if missing:
-        raise GradeError(f"no saved MNIST model: {' and '.join(missing)} not found in your workspace ({workspace}). "
-                         f"Run the section {LAB_SECTION} to its end: it trains the model and saves both files there. "
-                         f"Then grade again.")
-    try:
-        record = json.loads(record_path.read_text())
-        with np.load(model_path) as saved:
-            params = {name: saved[name].astype(np.float64) for name in saved.files}
-    except (ValueError, OSError) as exc:
-        raise GradeError(f"cannot read the saved model ({exc}); run the section {LAB_SECTION} again") from exc
+    record, params = load_saved_pair(MODEL_FILE, RECORD_FILE, "MNIST model", LAB_SECTION,
+                                     ("input_mean", "input_std", "full", "config"))
+    check_parameters(params, MODEL_FILE)
+    return record, params
+
+
+def check_parameters(params: dict[str, np.ndarray], model_file: str) -> None:
+    """GradeError unless ``params`` are the course's network's, every value finite."""
     wrong = [f"{name} {params[name].shape if name in params else 'missing'} (expected {shape})"
              for name, shape in PARAMETERS.items() if name not in params or params[name].shape != shape]
     if wrong:
-        raise GradeError(f"{MODEL_FILE} is not the course's network: {'; '.join(wrong)}. Build it exactly as the lab "
+        raise GradeError(f"{model_file} is not the course's network: {'; '.join(wrong)}. Build it exactly as the lab "
                          f"says (nn.Sequential of Conv2d(1, 8, 3, padding=1), ReLU, MaxPool2d(2), Conv2d(8, 16, 3, "
                          f"padding=1), ReLU, MaxPool2d(2), Flatten, Linear(784, 64), ReLU, Linear(64, 10))")
     if not all(np.all(np.isfinite(p)) for p in params.values()):
-        raise GradeError(f"{MODEL_FILE} holds NaN or infinite parameters: the training diverged")
-    absent = [k for k in ("input_mean", "input_std", "full", "config") if k not in record]
-    if absent:
-        raise GradeError(f"{RECORD_FILE} lacks {', '.join(absent)}: save it as the lab's last deliverable cell does")
-    return record, params
+        raise GradeError(f"{model_file} holds NaN or infinite parameters: the training diverged")
+
+
+def check_configuration(record: dict, record_file: str, section: str, full_config: dict, reduced_config: dict) -> bool:
+    """Whether the record's model was trained in the full configuration (required on a GPU); GradeError if it
+    trained less than its configuration asks or its standardisation is not finite."""
+    full = bool(record["full"])
+    config = record["config"]
+    if backend.get_device() == "cuda" and not full:
+        raise GradeError(f"the saved model was trained in the emulator's reduced configuration ({config}); on a GPU "
+                         f"the lab trains the full one: run the section {section} there, then grade again")
+    needed = full_config if full else reduced_config
+    given = config if isinstance(config, dict) else {}
+    short = [f"{k} {given.get(k)!r} (at least {v})" for k, v in needed.items()
+             if not isinstance(given.get(k), int) or given[k] < v]
+    if short:
+        raise GradeError(f"{record_file}: the {'full' if full else 'reduced'} configuration trains with "
+                         f"{', '.join(f'{k} {v}' for k, v in needed.items())}; the record says {', '.join(short)}")
+    mean, std = record["input_mean"], record["input_std"]
+    if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in (mean, std)) or std <= 0:
+        raise GradeError(f"{record_file}: input_std must be positive and finite, input_mean finite; got {mean!r}, "
+                         f"{std!r}")
+    return full
 
 
 def conv3x3(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -77,9 +90,22 @@ def logits64(params: dict[str, np.ndarray], images: np.ndarray) -> np.ndarray:
     return h @ params["9.weight"] + params["9.bias"]
 
 
+def count_correct(params: dict[str, np.ndarray], record: dict) -> tuple[int, np.ndarray]:
+    """(how many of the 10,000 test images the model classifies right, the images), by the float64 forward pass
+    on the images standardised as the record says."""
+    from minitorch import data
+
+    mean, std = float(record["input_mean"]), float(record["input_std"])
+    images, labels = data.load_mnist("test")
+    correct = 0
+    for i in range(0, len(images), 1000):
+        x = ((images[i:i + 1000].astype(np.float64) / 255 - mean) / std)[:, None]
+        correct += int(np.sum(np.argmax(logits64(params, x), axis=1) == labels[i:i + 1000]))
+    return correct, images
+
+
 def test_mnist_model_accuracy_on_the_test_set(record_property):
     import grader
-    from minitorch import data
 
     try:
         with warnings.catch_warnings():  # grading the reference solutions lifts the gates: nothing to say here
@@ -88,25 +114,8 @@ def test_mnist_model_accuracy_on_the_test_set(record_property):
     except grader.PhaseLocked as locked:
         raise GradeError(str(locked)) from None
     record, params = load_saved_model()
-    full = bool(record["full"])
-    config = record["config"]
-    if backend.get_device() == "cuda" and not full:
-        raise GradeError(f"the saved model was trained in the emulator's reduced configuration ({config}); on a GPU "
-                         f"the lab trains the full one: run the section {LAB_SECTION} there, then grade again")
-    needed = FULL if full else REDUCED
-    short = [f"{k} {config.get(k)!r} (at least {v})" for k, v in needed.items()
-             if not isinstance(config.get(k), int) or config[k] < v]
-    if short:
-        raise GradeError(f"{RECORD_FILE}: the {'full' if full else 'reduced'} configuration trains with "
-                         f"{', '.join(f'{k} {v}' for k, v in needed.items())}; the record says {', '.join(short)}")
-    mean, std = float(record["input_mean"]), float(record["input_std"])
-    if not (math.isfinite(mean) and math.isfinite(std) and std > 0):
-        raise GradeError(f"{RECORD_FILE}: input_std must be positive and finite, input_mean finite; got {mean}, {std}")
-    images, labels = data.load_mnist("test")
-    correct = 0
-    for i in range(0, len(images), 1000):
-        x = ((images[i:i + 1000].astype(np.float64) / 255 - mean) / std)[:, None]
-        correct += int(np.sum(np.argmax(logits64(params, x), axis=1) == labels[i:i + 1000]))
+    full = check_configuration(record, RECORD_FILE, LAB_SECTION, FULL, REDUCED)
+    correct, images = count_correct(params, record)
     accuracy = correct / len(images)
     key = "phase6.mnist_accuracy" + ("" if full else "_reduced")
     bar = checks.threshold(key)

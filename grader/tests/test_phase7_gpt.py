@@ -13,7 +13,6 @@ bar ``phase7.shakespeare_val_loss``; on the emulator a reduced configuration may
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
@@ -21,7 +20,8 @@ import pytest
 
 from grader import checks
 from grader.checks import GradeError
-from minitorch import backend, kernels
+from grader.tests.saved_models import load_saved_pair
+from minitorch import backend
 
 MODEL_FILE, RECORD_FILE = "shakespeare_model.npz", "shakespeare_model.json"
 LAB_SECTION = '"The deliverable: a character-level GPT on Tiny Shakespeare" in labs/phase7_gpt.ipynb'
@@ -33,23 +33,7 @@ FULL_BLOCK_SIZES = (64, 128)
 
 
 def load_saved_model() -> tuple[dict, dict[str, np.ndarray]]:
-    workspace = kernels.workspace_dir()
-    model_path, record_path = workspace / MODEL_FILE, workspace / RECORD_FILE
-    missing = [p.name for p in (model_path, record_path) if not p.exists()]
-    if missing:
-        raise GradeError(f"no saved Shakespeare model: {' and '.join(missing)} not found in your workspace "
-                         f"({workspace}). Run the section {LAB_SECTION} to its end: it trains the model and saves "
-                         f"both files there. Then grade again.")
-    try:
-        record = json.loads(record_path.read_text())
-        with np.load(model_path) as saved:
-            params = {name: saved[name].astype(np.float64) for name in saved.files}
-    except (ValueError, OSError) as exc:
-        raise GradeError(f"cannot read the saved model ({exc}); run the section {LAB_SECTION} again") from exc
-    absent = [k for k in ("config", "chars", "data_sha256") if k not in record]
-    if absent:
-        raise GradeError(f"{RECORD_FILE} lacks {', '.join(absent)}: save it as the lab's last deliverable cell does")
-    return record, params
+    return load_saved_pair(MODEL_FILE, RECORD_FILE, "Shakespeare model", LAB_SECTION, ("config", "chars", "data_sha256"))
 
 
 def config_of(record: dict) -> dict[str, int]:

@@ -4,7 +4,8 @@ The grader trusts no number the lab printed. It loads ``shakespeare_bf16_model.n
 from the workspace (one pair, saved by one run of the lab's cell), rebuilds the validation split of Tiny Shakespeare
 itself, and computes the validation loss with Phase 7's grader forward pass (float64 NumPy, the same 256 windows:
 grader/tests/test_phase7_gpt.py). The record must say the steps ran under bfloat16 autocast; the weights are the
-float32 master weights.
+float32 master weights, and must not be Lab 7's float32 model saved again (``shakespeare_model.npz`` in the same
+workspace, bit for bit).
 
 The bar is the float32 run's loss plus 0.02 nats (the issue's "within 0.02 of the fp32 run"): the same model, recipe,
 seed and batches in float32 reached 1.8425 on an H100 (``benchmarks/results/phase8a_amp-*.json``), and 2.370 in the
@@ -14,16 +15,17 @@ full configuration; the emulator may train the reduced one.
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pytest
 from test_phase7_gpt import FULL, FULL_BLOCK_SIZES, check_parameters, config_of, sample, validation_ids, validation_loss
+from test_phase7_gpt import MODEL_FILE as PHASE7_MODEL_FILE
 
 from grader import checks
 from grader.checks import GradeError
-from minitorch import backend, kernels
+from grader.tests.saved_models import load_saved_pair, refuse_a_copy
+from minitorch import backend
 
 MODEL_FILE, RECORD_FILE = "shakespeare_bf16_model.npz", "shakespeare_bf16_model.json"
 LAB_SECTION = '"The deliverable: Lab 7\'s GPT in bfloat16" in labs/phase8a_tensor_cores.ipynb'
@@ -31,27 +33,13 @@ REDUCED = {"d_model": 32, "n_head": 2, "n_layer": 1, "block_size": 16}
 
 
 def load_saved_model() -> tuple[dict, dict[str, np.ndarray]]:
-    workspace = kernels.workspace_dir()
-    model_path, record_path = workspace / MODEL_FILE, workspace / RECORD_FILE
-    missing = [p.name for p in (model_path, record_path) if not p.exists()]
-    if missing:
-        raise GradeError(f"no saved bf16 Shakespeare model: {' and '.join(missing)} not found in your workspace "
-                         f"({workspace}). Run the section {LAB_SECTION} to its end: it trains the model under "
-                         f"autocast and saves both files there. Then grade again.")
-    try:
-        record = json.loads(record_path.read_text())
-        with np.load(model_path, allow_pickle=False) as saved:
-            params = {name: saved[name].astype(np.float64) for name in saved.files}
-    except (ValueError, OSError) as exc:
-        raise GradeError(f"cannot read the saved model ({exc}); run the section {LAB_SECTION} again") from exc
-    if not isinstance(record, dict):
-        raise GradeError(f"{RECORD_FILE} must hold a JSON object; run the section {LAB_SECTION} again")
-    absent = [k for k in ("config", "chars", "data_sha256", "autocast") if k not in record]
-    if absent:
-        raise GradeError(f"{RECORD_FILE} lacks {', '.join(absent)}: save it as the lab's last deliverable cell does")
+    record, params = load_saved_pair(MODEL_FILE, RECORD_FILE, "bf16 Shakespeare model", LAB_SECTION,
+                                     ("config", "chars", "data_sha256", "autocast"),
+                                     trains="trains the model under autocast")
     if record["autocast"] != "bfloat16":
         raise GradeError(f"{RECORD_FILE}: autocast is {record['autocast']!r}; the deliverable is the GPT trained "
                          f"with every step under amp.autocast('bfloat16')")
+    refuse_a_copy(params, MODEL_FILE, PHASE7_MODEL_FILE, "Lab 7")
     return record, params
 
 

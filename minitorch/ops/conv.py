@@ -22,7 +22,8 @@ import numpy as np
 
 from minitorch import backend, dtypes, kernels
 from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch, on_device
-from minitorch.ops.linalg import matmul, product_dtype
+from minitorch.ops.linalg import matmul, product_dtype, tensor_core_bmm
+from minitorch.ops.reduce import bias_grad
 from minitorch.tensor import DTYPE, Tensor
 
 VARIANTS = ("direct", "im2col", "tiled", "igemm", "winograd", "winograd4", "best")
@@ -239,12 +240,39 @@ def _tensor_core_backward_input(dy: Tensor, w: Tensor, shape: tuple[int, ...], s
     return Tensor(dx, device)
 
 
+# The weight gradient sums over every output position of every image: as one product, dW = dy (K, N·P·Q) @
+# im2col(x)ᵀ, its K dimension is N·P·Q long (50,176 for MNIST's first layer at batch 64) while its output is tiny
+# (8 x 9): the tensor-core rungs split the output, not K, so one warp (rung 1) or one block (rung 5) looped over all of
+# K; on an H100 the bf16 MNIST step took 2.07 ms against 0.20 ms in float32 (benchmarks/results/phase8a_amp-*.json).
+# Per image instead: dy (N, K, P·Q) is already a stack of N matrices, and im2col of x viewed as one image of N·C
+# channels gives the stack (N, C·R·S, P·Q) (its rows are (n, c, r, s)); one batched launch (grid z = the image)
+# computes the N partial products, and a column sum (Phase 3b's bias_grad) adds them in float32. The partial products
+# take N·K·C·R·S floats: past PER_IMAGE_MAX_VALUES the single product runs as before. The H100's bf16 step then took
+# 0.29 ms, 0.89x PyTorch's captured torch.autocast step (benchmarks/results/phase8a_amp_mnist-*.json).
+PER_IMAGE_MAX_VALUES = 1 << 22
+
+
+def per_image_weight_grad(shape: tuple[int, ...]) -> bool:
+    """Whether the weight gradient of a convolution of ``shape`` (N, C, H, W, K, R, S, P, Q) runs as N products."""
+    n, c, h, wd, k, r, s, p, q = shape
+    return n > 1 and n * k * c * r * s <= PER_IMAGE_MAX_VALUES
+
+
 def _tensor_core_backward_weight(x: Tensor, dy: Tensor, shape: tuple[int, ...], stride: int, padding: int,
                                  compute: Any) -> Tensor:
-    """dW (K, C·R·S) = dy (K, N·P·Q) @ im2col(x)ᵀ, the product on hgemm (im2col(x)ᵀ read in place)."""
+    """dW (K, C·R·S) = dy (K, N·P·Q) @ im2col(x)ᵀ, the product on hgemm (im2col(x)ᵀ read in place); or, for a
+    small dW, the sum over images of dy[n] (K, P·Q) @ im2col(x[n])ᵀ (one batched launch, then a column sum)."""
     n, c, h, wd, k, r, s, p, q = shape
     device = x.device
     if not (k and c * r * s):
         return Tensor(empty(device, (k, c, r, s)), device)
-    dw = matmul(_gemm_layout(dy, shape), _cols(x, shape, stride, padding), transpose_b=True, compute_dtype=compute)
+    if not per_image_weight_grad(shape):
+        dw = matmul(_gemm_layout(dy, shape), _cols(x, shape, stride, padding), transpose_b=True,
+                    compute_dtype=compute)
+        return Tensor(dw.data.reshape(k, c, r, s), device)
+    stacked = (1, n * c, h, wd, k, r, s, p, q)  # the batch as channels: im2col's rows become (n, c, r, s)
+    cols = _cols(x, stacked, stride, padding).data.reshape(n, c * r * s, p * q)
+    partial = tensor_core_bmm(Tensor(dy.data.reshape(n, k, p * q), device), Tensor(cols, device), compute,
+                              (n, k, c * r * s, p * q), False, True)
+    dw = bias_grad(Tensor(partial.data.reshape(n, k * c * r * s), device))  # the images' sum, float32
     return Tensor(dw.data.reshape(k, c, r, s), device)

@@ -48,15 +48,16 @@ def set_hgemm_variant(variant: HgemmVariant) -> HgemmVariant:
 
 
 # Small products run on rung 1 of the ladder ("wmma": one warp a 16 x 16 tile of C), the others on variant "best"
-# (rung 5, whose block computes a whole 128 x 128 tile of C). What is small depends on what a product costs:
+# (rung 5, whose block computes a whole 128 x 128 tile of C; on an sm_90 GPU, rung 6 where K >= 256: the lab's
+# hgemm.py, best_variant). What is small depends on what a product costs:
 # - on a GPU, time. Attention's batched products on an H100 (benchmarks/results/phase8a_bmm-*.json, 256 matrices):
 #   64 x 16 outputs (P V, dQ, dK, dV) take 5.3-5.7 us on rung 1 and 9.7-9.9 us on rung 5; 64 x 64 (Q Kᵀ) 10.5 us
 #   against 8.1 us, 128 x 128 29.6 against 11.1 us. So outputs of at most GPU_SMALL_OUTPUT values.
 # - on the emulator, work: every thread of a block runs, so rung 5 computes its whole 128 x 128 tile however small C
-#   is (64 times the output for a 16 x 16 matrix). Outputs of at most one tile's area, K short: a reduced GPT step
-#   under bf16 autocast took 0.85 s of CPU with every product on rung 5, 0.17 s with this rule (fp32: 0.13).
+#   is (16 times the output for MNIST's 8-row convolution products), and rung 1 never computes more. Through the
+#   lab's launcher rung 1 took 0.02-0.79 of rung 5's CPU time at every shape tried, the CNN's, the reduced GPT's and
+#   squares up to 256 x 256 x 512 (benchmarks/results/phase8a_emu_rungs-*.json): every product runs on rung 1.
 GPU_SMALL_OUTPUT = 2048
-EMU_SMALL_OUTPUT, EMU_SMALL_K = 128 * 128, 512
 
 
 # Split K: a weight gradient dW = Xᵀ·dY has a small output (C x C' values) and a long K (B·T rows): unsplit, it runs
@@ -98,11 +99,7 @@ def split_k(m: int, n: int, k: int, transpose_a: bool, transpose_b: bool) -> int
 
 def hgemm_variant(device: str, m: int, n: int, k: int) -> str:
     """The rung of ``hgemm.py`` a product with (M, N) output matrices and inner dimension K runs on, on ``device``."""
-    if device == "emu":
-        small = m * n <= EMU_SMALL_OUTPUT and k <= EMU_SMALL_K
-    else:
-        small = m * n <= GPU_SMALL_OUTPUT
-    return "wmma" if small else "best"
+    return "wmma" if device == "emu" or m * n <= GPU_SMALL_OUTPUT else "best"
 
 
 def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: bool, transpose_b: bool,
@@ -114,9 +111,10 @@ def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: boo
         choice = choice(m, n, k, transpose_a, transpose_b)
     if choice is None:
         choice = hgemm_variant(device, m, n, k)
-    if choice == "wgmma" and backend.get_backend(device).in_branch:
+    if choice in ("wgmma", "best") and backend.get_backend(device).in_branch:
         # rung 6 writes its tensor maps into one buffer per device before each product: a product on a side
         # branch of a graph, concurrent with one on the main stream, would race for it; rung 5 keeps none
+        # ("best" is rung 6 on an sm_90 GPU for a long K: the lab's hgemm.py, best_variant)
         choice = "pipeline"
     launch(device, HGEMM_FILE, "hgemm", a, b, out, outputs=(2,), dtype=compute.name, variant=choice,
            transpose_a=transpose_a, transpose_b=transpose_b)

@@ -142,7 +142,7 @@ def test_every_deliverable_pair_is_checked_by_the_tests_that_read_it():
         assert constants.get("LAB_SECTION") == pair.section, key
     assert set(deliverables.READ_BY.values()) | {"phase4"} == set(deliverables.PAIRS)
     notebooks = {"phase4": "phase4_reductions", "phase5": "phase5_fast", "phase6": "phase6_cnn", "phase7": "phase7_gpt",
-                 "phase8a": "phase8a_tensor_cores", "phase8b": "phase8b_flash"}
+                 "phase8a": "phase8a_tensor_cores", "phase8a_cnn": "phase8a_tensor_cores", "phase8b": "phase8b_flash"}
     for phase, pair in deliverables.PAIRS.items():
         cells = ["".join(c["source"]) for c in json.loads((REPO / "solutions" / f"{notebooks[phase]}.ipynb")
                                                            .read_text())["cells"] if c["cell_type"] == "code"]

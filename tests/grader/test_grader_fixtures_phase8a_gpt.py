@@ -69,3 +69,22 @@ def test_a_record_that_is_not_the_bf16_deliverable_is_refused(tmp_path, change, 
     _saved_model(tmp_path / "workspace", **change)
     check = _grade(tmp_path)
     assert check["result"] == "FAIL" and message in check["reason"], check
+
+
+def test_lab7s_float32_model_saved_again_as_the_bf16_one_is_refused(tmp_path):
+    """Lab 7's float32 deliverable saved again under the bf16 names: a bf16 run from the same seed and batches never
+    ends on the same bits."""
+    from minitorch import data, nn
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    chars = sorted(set(DATA.read_text(encoding="utf-8")))
+    model = nn.GPT(len(chars), 16, d_model=32, n_head=2, n_layer=1, device="cpu", seed=0)
+    record = {"format": 1, "config": model.config, "chars": chars, "train_fraction": 0.9,
+              "data_sha256": data.DATASETS["tinyshakespeare"][0].sha256, "configuration": "reduced"}
+    nn.save_deliverable(workspace, "shakespeare_model.json", record, {"shakespeare_model.npz": model})
+    nn.save_deliverable(workspace, "shakespeare_bf16_model.json", dict(record, autocast="bfloat16"),
+                        {"shakespeare_bf16_model.npz": model})
+    check = _grade(tmp_path)
+    assert check["result"] == "FAIL", check
+    assert "shakespeare_bf16_model.npz holds exactly the parameters of shakespeare_model.npz" in check["reason"], check
