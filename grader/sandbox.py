@@ -26,14 +26,14 @@ What the grade rests on, and what a submission can reach (grader/README.md says 
 - The deliverable. The saved model files are re-evaluated by this process, outside the sandbox,
   after every process of the submission is gone (grader/deliverables.py): NumPy float64 on held-out
   data, the files read as untrusted input.
-- The kernel checks of the isolated phases (all on the emulator; 1, 2, 3a, 3b, 6 and 7 on a GPU:
+- The kernel checks of the isolated phases (all on the emulator; 1, 2, 3a, 3b, 5, 6 and 7 on a GPU:
   ``tests_step.ISOLATED_PHASES``, ``CUDA_ISOLATED_PHASES``): the graded tests never import the learner's code; it runs in a learner process of its
   own (grader/learner_process.py; on a GPU it reaches the judge's arrays through CUDA IPC handles, during a
   request only), the performance checks are timed by the judge's clock, and the tests' results stream is signed
   under a key that process never sees. What those tests take from that process as its word (launch records, and what a helper that
   trains or replays a captured step there returns) they check against their own references.
 - What still shares a process with the learner's Python: the notebook step runs the learner's
-  notebook, and in phases 4, 5, 8a and 8b on a GPU the graded tests import the learner's launcher modules
+  notebook, and in phases 4, 8a and 8b on a GPU the graded tests import the learner's launcher modules
   (they call them). Code run there can patch the graded tests or the results they
   stream to the grader, so a determined submission can make those kernel checks report PASS. The
   sandbox contains what that code can do to the machine, and the report channel and the outside

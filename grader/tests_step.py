@@ -107,12 +107,12 @@ def graded_test_files(phase: Phase, opts: CheckOptions) -> list[Path]:
 # (grader/learner_process.py, ARCHITECTURE.md "Grader"), on the emulator (arrays by value) and on a GPU (arrays by
 # CUDA IPC handle, performance timed by the judge: learner_process.time_replayed). On a GPU only the phases whose
 # graded checks have passed isolated on one (benchmarks/results/grade-isolated-<phase>-*.json, on an H100, kernel
-# and performance checks: phases 1, 2, 3a, 3b, 6 and 7); phases 4, 5, 8a and 8b keep the learner's code in the
-# tests' process there until a GPU run of theirs passes isolated (GRADER_ISOLATION=1 grades them so; each is
-# isolated on the emulator).
+# and performance checks: phases 1, 2, 3a, 3b, 5, 6 and 7; phase 5's performance checks in
+# grade-isolated-refsets-phase5-*.json); phases 4, 8a and 8b keep the learner's code in the tests' process there
+# until a GPU run of theirs passes isolated (GRADER_ISOLATION=1 grades them so; each is isolated on the emulator).
 ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7", "phase8a",
                    "phase8b")
-CUDA_ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase6", "phase7")
+CUDA_ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase5", "phase6", "phase7")
 
 
 # "0": the learner's code in the tests' own process (the grader's own tests show with it what isolation stops);
