@@ -9,12 +9,26 @@ one run (the record names the parameter file's SHA-256) is checked before these 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from grader.checks import GradeError
 from minitorch import kernels
+
+
+def require_open(dataset: str) -> None:
+    """GradeError when the deliverable's dataset is still locked (``grader.require``: MNIST opens when Phase 5 has
+    passed); grading the reference solutions lifts the gates, with nothing to say about it."""
+    import grader
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            grader.require(dataset)
+    except grader.PhaseLocked as locked:
+        raise GradeError(str(locked)) from None
 
 
 def load_saved_pair(model_file: str, record_file: str, what: str, section: str, keys: tuple[str, ...],

@@ -10,13 +10,12 @@ configuration counts.
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
 from grader import checks
 from grader.checks import GradeError
-from grader.tests.saved_models import load_saved_pair
+from grader.tests.saved_models import load_saved_pair, require_open
 from minitorch import backend
 
 MODEL_FILE, RECORD_FILE = "mnist_model.npz", "mnist_model.json"
@@ -105,14 +104,7 @@ def count_correct(params: dict[str, np.ndarray], record: dict) -> tuple[int, np.
 
 
 def test_mnist_model_accuracy_on_the_test_set(record_property):
-    import grader
-
-    try:
-        with warnings.catch_warnings():  # grading the reference solutions lifts the gates: nothing to say here
-            warnings.simplefilter("ignore")
-            grader.require("mnist")  # the deliverable opens when Phase 5 has passed
-    except grader.PhaseLocked as locked:
-        raise GradeError(str(locked)) from None
+    require_open("mnist")  # the deliverable opens when Phase 5 has passed
     record, params = load_saved_model()
     full = check_configuration(record, RECORD_FILE, LAB_SECTION, FULL, REDUCED)
     correct, images = count_correct(params, record)
