@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import minitorch
-from minitorch import functional as F  # noqa: N812 (PyTorch's name)
 from minitorch import graph, kernels, nn, ops, optim
+from tests.gpt_steps import gpt_steps
 from tests.phase3_support import write_solutions
 
 NOTEBOOKS = ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase3a_forward.ipynb", "phase3b_backward.ipynb",
@@ -190,17 +190,7 @@ def _captured_flat_step(device: str) -> None:
                      dropout=0.2) for _ in range(3)]
     opts = [optim.AdamW(m.optimizer_groups(0.1), schedule=schedule, flat=flat)
             for m, flat in zip(models, (False, False, True), strict=True)]
-    xs = [minitorch.zeros((b, t), device=device, dtype="int32") for _ in range(3)]
-    ys = [minitorch.zeros((b, t), device=device, dtype="int32") for _ in range(3)]
-
-    def step(i: int) -> minitorch.Tensor:
-        loss = F.cross_entropy(models[i](xs[i]).reshape(b * t, vocab), ys[i].reshape(b * t))
-        opts[i].zero_grad()
-        loss.backward()
-        optim.clip_grad_norm_(models[i].parameters(), 0.5)
-        opts[i].step()
-        return loss
-
+    step, feed = gpt_steps(models, opts, b, t, vocab, device)
     plain_graph = graph.capture(lambda: step(1), device=device)
     flat_graph = graph.capture(lambda: step(2), device=device)
     n_params = len(list(models[2].parameters()))
@@ -209,10 +199,7 @@ def _captured_flat_step(device: str) -> None:
     assert flat_graph.launches < plain_graph.launches - n_params
     rng = np.random.default_rng(0)
     for _ in range(4):
-        x, y = rng.integers(0, vocab, (b, t)).astype(np.int32), rng.integers(0, vocab, (b, t)).astype(np.int32)
-        for i in range(3):
-            xs[i].copy_from(x)
-            ys[i].copy_from(y)
+        feed(rng)
         eager = step(0).item()
         plain_graph.replay()
         flat_graph.replay()

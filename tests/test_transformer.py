@@ -13,6 +13,7 @@ import minitorch
 from minitorch import functional as F  # noqa: N812 (PyTorch's name)
 from minitorch import graph, nn, ops, optim, text
 from minitorch.gradcheck import gradcheck
+from tests.gpt_steps import gpt_steps
 from tests.phase3_support import write_solutions
 
 NOTEBOOKS = ("phase1_memory.ipynb", "phase2_kernels.ipynb", "phase3a_forward.ipynb", "phase3b_backward.ipynb",
@@ -247,24 +248,11 @@ def test_captured_gpt_step_equals_eager_steps_on_the_emulator(solutions):
     vocab, t, b = 11, 8, 3
     models = [nn.GPT(vocab, t, d_model=16, n_head=2, n_layer=1, device="emu", seed=5) for _ in range(2)]
     opts = [optim.AdamW(m.parameters(), lr=3e-2, weight_decay=0.01) for m in models]
-    xs = [minitorch.zeros((b, t), device="emu", dtype="int32") for _ in range(2)]
-    ys = [minitorch.zeros((b, t), device="emu", dtype="int32") for _ in range(2)]
-
-    def step(i: int) -> minitorch.Tensor:
-        loss = F.cross_entropy(models[i](xs[i]).reshape(b * t, vocab), ys[i].reshape(b * t))
-        opts[i].zero_grad()
-        loss.backward()
-        optim.clip_grad_norm_(models[i].parameters(), 0.5)
-        opts[i].step()
-        return loss
-
+    step, feed = gpt_steps(models, opts, b, t, vocab, "emu")
     captured = graph.capture(lambda: step(1), device="emu")
     rng = np.random.default_rng(0)
     for _ in range(3):
-        x, y = rng.integers(0, vocab, (b, t)).astype(np.int32), rng.integers(0, vocab, (b, t)).astype(np.int32)
-        for i in range(2):
-            xs[i].copy_from(x)
-            ys[i].copy_from(y)
+        feed(rng)
         eager = step(0).item()
         captured.replay()
         assert captured.output.item() == pytest.approx(eager, rel=1e-5)
