@@ -31,34 +31,21 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["MINITORCH_PHASE"] = "phase7"
     import emu_speed
     from common import solution_sources
-    from phase6_mnist import mnist_cnn
 
     import minitorch
-    from minitorch import backend, data, emu, graph, optim
-    from minitorch import functional as F  # noqa: N812
+    from minitorch import backend, emu, graph
     from minitorch.kernels import write_source
 
     minitorch.set_device("emu")
     for lab in emu_speed.LABS:
         for name, text in solution_sources(f"{lab}.ipynb").items():
             write_source(name, text)
-    images, labels = data.load_mnist("train")
-    x_train = ((images.astype(np.float32) / 255 - 0.1307) / 0.3081)[:, None]
-    y_train = labels.astype(np.int32)
-    model = mnist_cnn(0)
-    optimizer = optim.Adam(model.parameters(), lr=2e-3)
+    train_step, feed, _ = emu_speed.mnist_step()
     b = emu_speed.MNIST_BATCH
-    x_batch, y_batch = minitorch.zeros((b, 1, 28, 28)), F.class_indices(np.zeros(b, np.int64))
-
-    def train_step() -> None:
-        optimizer.zero_grad()
-        F.cross_entropy(model(x_batch), y_batch).backward()
-        optimizer.step()
 
     def run(first: int, count: int) -> None:
         for i in range(first, first + count):
-            x_batch.copy_from(x_train[i * b:(i + 1) * b])
-            y_batch.copy_from(y_train[i * b:(i + 1) * b])
+            feed(np.arange(i * b, (i + 1) * b))
             step.replay()
         backend.synchronize()
 

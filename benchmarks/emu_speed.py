@@ -142,10 +142,12 @@ def matmul_row(workers: int, rounds: int) -> dict:
             "seconds": seconds, "cpu_seconds": cpu, "gflop_per_second": 2 * size**3 / seconds / 1e9}
 
 
-def mnist_row(workers: int, steps: int, full_epoch: bool) -> dict:
-    """The Phase 6 deliverable's training step, as the lab runs it (benchmarks/phase6_mnist.py's loop)."""
+def mnist_step() -> tuple:
+    """Lab 6's MNIST training step on the current device, as the lab runs it (benchmarks/phase6_mnist.py's model,
+    Adam at 2e-3), its training images and labels, and ``feed(indices)``: those images and labels into the step's
+    batch buffers. Returns (train_step, feed, number of training images)."""
     import minitorch
-    from minitorch import backend, data, graph, optim
+    from minitorch import data, optim
     from minitorch import functional as F  # noqa: N812
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -165,14 +167,24 @@ def mnist_row(workers: int, steps: int, full_epoch: bool) -> dict:
         loss.backward()
         optimizer.step()
 
-    order = np.random.default_rng(0).permutation(len(x_train))
+    def feed(indices: np.ndarray) -> None:
+        x_batch.copy_from(x_train[indices])
+        y_batch.copy_from(y_train[indices])
+
+    return train_step, feed, len(x_train)
+
+
+def mnist_row(workers: int, steps: int, full_epoch: bool) -> dict:
+    """The Phase 6 deliverable's training step, as the lab runs it (benchmarks/phase6_mnist.py's loop)."""
+    from minitorch import backend, graph
+
+    train_step, feed, n_train = mnist_step()
+    order = np.random.default_rng(0).permutation(n_train)
     epoch_steps = MNIST_TRAIN_IMAGES // MNIST_BATCH
 
     def run(first: int, count: int) -> None:
         for i in range(first, first + count):
-            chosen = order[(i % epoch_steps) * MNIST_BATCH:(i % epoch_steps + 1) * MNIST_BATCH]
-            x_batch.copy_from(x_train[chosen])
-            y_batch.copy_from(y_train[chosen])
+            feed(order[(i % epoch_steps) * MNIST_BATCH:(i % epoch_steps + 1) * MNIST_BATCH])
             step.replay()
         backend.synchronize()
 
