@@ -171,6 +171,28 @@ def sample(params: dict[str, np.ndarray], config: dict[str, int], chars: list[st
     return "".join(chars[i] for i in ids[len(SAMPLE_PROMPT):])
 
 
+def full_configuration(config: dict) -> bool:
+    """Is ``config`` the full deliverable (tied or not)? A GPU must train it: GradeError there otherwise."""
+    full = all(config[k] == v for k, v in FULL.items()) and config["block_size"] in FULL_BLOCK_SIZES
+    if backend.get_device() == "cuda" and not full:
+        raise GradeError(f"the saved model has the configuration {config}; on a GPU the deliverable is the seed's "
+                         f"GPT: {FULL} with block_size 64 or 128 (the reduced configuration is for the emulator): "
+                         f"run the deliverable section on the GPU")
+    return full
+
+
+def scored_loss(record: dict, config: dict, params: dict[str, np.ndarray],
+                record_file: str) -> tuple[float, list[str]]:
+    """(the saved model's validation loss by the grader's float64 forward pass, the corpus's characters), once its
+    vocabulary and parameter shapes are checked against the record's configuration."""
+    val, chars = validation_ids(record)
+    if config["vocab_size"] != len(chars):
+        raise GradeError(f"{record_file}: vocab_size {config['vocab_size']}, but Tiny Shakespeare has {len(chars)} "
+                         f"characters")
+    check_parameters(config, params)
+    return validation_loss(params, config, val), chars
+
+
 # ---------------------------------------------------------------- the check
 
 
@@ -179,17 +201,8 @@ def sample(params: dict[str, np.ndarray], config: dict[str, int], chars: list[st
 def test_shakespeare_model_validation_loss(record_property):
     record, params = load_saved_model()
     config = config_of(record)
-    full = all(config[k] == v for k, v in FULL.items()) and config["block_size"] in FULL_BLOCK_SIZES  # tied or not
-    if backend.get_device() == "cuda" and not full:
-        raise GradeError(f"the saved model has the configuration {config}; on a GPU the deliverable is the seed's "
-                         f"GPT: {FULL} with block_size 64 or 128 (the reduced configuration is for the emulator): "
-                         f"run the deliverable section on the GPU")
-    val, chars = validation_ids(record)
-    if config["vocab_size"] != len(chars):
-        raise GradeError(f"{RECORD_FILE}: vocab_size {config['vocab_size']}, but Tiny Shakespeare has {len(chars)} "
-                         f"characters")
-    check_parameters(config, params)
-    loss = validation_loss(params, config, val)
+    full = full_configuration(config)
+    loss, chars = scored_loss(record, config, params, RECORD_FILE)
     key = "phase7.shakespeare_val_loss" if full else "phase7.shakespeare_val_loss_reduced"
     bar = checks.threshold(key)
     record_property("perf", {"name": "validation loss (float64, the grader's own forward pass)", "unit": "nats",

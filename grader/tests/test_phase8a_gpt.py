@@ -19,13 +19,12 @@ import math
 
 import numpy as np
 import pytest
-from test_phase7_gpt import FULL, FULL_BLOCK_SIZES, check_parameters, config_of, sample, validation_ids, validation_loss
+from test_phase7_gpt import FULL, config_of, full_configuration, sample, scored_loss
 from test_phase7_gpt import MODEL_FILE as PHASE7_MODEL_FILE
 
 from grader import checks
 from grader.checks import GradeError
 from grader.tests.saved_models import load_saved_pair, refuse_a_copy
-from minitorch import backend
 
 MODEL_FILE, RECORD_FILE = "shakespeare_bf16_model.npz", "shakespeare_bf16_model.json"
 LAB_SECTION = '"The deliverable: Lab 7\'s GPT in bfloat16" in labs/phase8a_tensor_cores.ipynb'
@@ -48,21 +47,12 @@ def load_saved_model() -> tuple[dict, dict[str, np.ndarray]]:
 def test_bf16_shakespeare_model_validation_loss(record_property):
     record, params = load_saved_model()
     config = config_of(record)
-    full = all(config[k] == v for k, v in FULL.items()) and config["block_size"] in FULL_BLOCK_SIZES
+    full = full_configuration(config)
     reduced = all(config[k] == v for k, v in REDUCED.items())
-    if backend.get_device() == "cuda" and not full:
-        raise GradeError(f"the saved model has the configuration {config}; on a GPU the deliverable is the seed's "
-                         f"GPT: {FULL} with block_size 64 or 128 (the reduced configuration is for the emulator): "
-                         f"run the deliverable section on the GPU")
     if not (full or reduced):
         raise GradeError(f"the saved model has the configuration {config}: the deliverable is Lab 7's GPT, {FULL} "
                          f"(block_size 64 or 128), or on the emulator the reduced {REDUCED}")
-    val, chars = validation_ids(record)
-    if config["vocab_size"] != len(chars):
-        raise GradeError(f"{RECORD_FILE}: vocab_size {config['vocab_size']}, but Tiny Shakespeare has {len(chars)} "
-                         f"characters")
-    check_parameters(config, params)
-    loss = validation_loss(params, config, val)
+    loss, chars = scored_loss(record, config, params, RECORD_FILE)
     key = "phase8a.shakespeare_bf16_val_loss" if full else "phase8a.shakespeare_bf16_val_loss_reduced"
     bar = checks.threshold(key)
     record_property("perf", {"name": "validation loss, bf16 autocast (float64, the grader's own forward pass)",

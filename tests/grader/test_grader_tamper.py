@@ -662,9 +662,9 @@ def test_a_callback_that_calls_the_learner_again_is_refused_not_deadlocked(learn
     assert inner.malloc(8) == 0x1000  # the learner process still answers
 
 
-# A copy that does its work only outside the grader's timed replays: inside them it hands back the first result
-CACHE_WHEN_TIMED = """
-import ctypes, sys
+# What the two cached-copy launchers below share: a cache, the honest copy, and "am I inside the grader's timed
+# replays?" (a frame of its _step functions on the stack)
+CACHE_HELPERS = """
 _cache = {}
 _honest_copy = copy
 def _timed():
@@ -674,7 +674,13 @@ def _timed():
             return True
         frame = frame.f_back
     return False
-def copy(src, dst):
+"""
+
+
+# A copy that does its work only outside the grader's timed replays: inside them it hands back the first result
+CACHE_WHEN_TIMED = """
+import ctypes, sys
+""" + CACHE_HELPERS + """def copy(src, dst):
     if "first" not in _cache or not _timed():
         _honest_copy(src, dst)
         _cache.setdefault("first", dst.copy())
@@ -725,16 +731,7 @@ def copy(src, dst, dtype):
 """
 HALF_CACHED = HALF_PY + """
 import sys
-_cache = {}
-_honest_copy = copy
-def _timed():
-    frame = sys._getframe()
-    while frame is not None:
-        if "_step" in frame.f_code.co_qualname:
-            return True
-        frame = frame.f_back
-    return False
-def copy(src, dst, dtype):
+""" + CACHE_HELPERS + """def copy(src, dst, dtype):
     if "first" not in _cache or not _timed():
         _honest_copy(src, dst, dtype)
         _cache.setdefault("first", dst.copy())
