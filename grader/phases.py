@@ -79,7 +79,7 @@ PHASES: dict[str, Phase] = _chain(
                        "scaler.py"))),
     ("phase8b", "FlashAttention (forward ladder, backward, dropout)", dict(
         lab="phase8b_flash", tests=("test_phase8b.py", "test_phase8b_capstone.py"),
-        learner_files=("flash.cu", "flash.py"))),
+        learner_files=("flash.cu", "flash.py", "flash_wgmma.cu"))),
 )
 
 

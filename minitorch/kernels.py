@@ -107,7 +107,8 @@ KERNEL_FILES: dict[str, LearnerFile] = {
         ("scaler.py", "Exercise 8: launching the loss scaler"))},
     **{name: LearnerFile("phase8b", "labs/phase8b_flash.ipynb", cell) for name, cell in (
         ("flash.cu", "Exercise 1: the ladder, the backward pass and dropout"),
-        ("flash.py", "Exercise 2: launching the ladder"))},
+        ("flash.py", "Exercise 2: launching the ladder"),
+        ("flash_wgmma.cu", "Exercise 2b: rung 8, wgmma (Hopper)"))},
 }
 
 

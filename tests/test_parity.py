@@ -543,8 +543,9 @@ _TEMPLATED = re.compile(r"template\s*<[^>]*>\s*__global__\s+void\s+"
 
 # Files built for one GPU architecture only (their cell says ``%%kernel <file> --arch=sm_90a``): the emulator
 # cannot run them, so they have no parity case; Phase 8a's rung 6 is checked on an H100 by
-# grader/tests/test_phase8a_wgmma.py and tests/grader/test_grader_fixtures_phase8a_wgmma.py (gpu).
-GPU_ARCH_ONLY = {"hgemm_wgmma.cu"}
+# grader/tests/test_phase8a_wgmma.py and tests/grader/test_grader_fixtures_phase8a_wgmma.py (gpu), Phase 8b's
+# rung 8 by grader/tests/test_phase8b.py (its wgmma cases) and tests/grader/test_grader_fixtures_phase8b_wgmma.py.
+GPU_ARCH_ONLY = {"hgemm_wgmma.cu", "flash_wgmma.cu"}
 
 
 def test_every_solution_kernel_has_a_parity_case():

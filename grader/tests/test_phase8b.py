@@ -43,7 +43,11 @@ BOUND_C = 3.0
 LSE_TOL = 1e-5
 RUNGS = {"scalar": "flash_fwd_1_scalar", "mma": "flash_fwd_2_mma", "ldmatrix": "flash_fwd_3_ldmatrix",
          "cp_async": "flash_fwd_4_cp_async", "tuned": "flash_fwd_5_tuned", "lean": "flash_fwd_6_lean",
-         "split_kv": "flash_fwd_7_split_kv"}
+         "split_kv": "flash_fwd_7_split_kv", "wgmma": "flash_fwd_8_wgmma"}
+# rung 8 is its own file, built for sm_90a: on any other device the grader's plugin skips its checks before they
+# start (NOT MEASURED, never blocking, as Phase 8a's rung 6)
+WGMMA_FILE = "flash_wgmma.cu"
+RUNG_FILES = {variant: WGMMA_FILE if variant == "wgmma" else "flash.cu" for variant in RUNGS}
 # sequence lengths that fill no tile (16, 32, 64, 128); 200: several key tiles (a running max that moves after
 # the first, dQ shared by two key blocks of the backward); the emulator runs CUDA C on the CPU: the long ones on a
 # GPU only
@@ -58,8 +62,16 @@ def flash_module():
 
 def rung(variant: str, *extra: Any) -> Any:
     """A pytest.param naming the rung's kernel (reported when the test crashes or hangs)."""
-    return pytest.param(variant, *extra, marks=pytest.mark.kernel("flash.cu", RUNGS[variant]),
-                        id="-".join(str(v) for v in (variant, *extra)))
+    marks = [pytest.mark.kernel(RUNG_FILES[variant], RUNGS[variant])]
+    if variant == "wgmma":
+        marks.append(pytest.mark.needs_arch("sm_90a"))
+    return pytest.param(variant, *extra, marks=marks, id="-".join(str(v) for v in (variant, *extra)))
+
+
+def launched(variant: str) -> bool:
+    """Did the rung's kernel run since the last reset_launches()?"""
+    return any(n for (file, function), n in kernels.launch_counts().items()
+               if file == RUNG_FILES[variant] and function.split("<")[0] == RUNGS[variant])
 
 
 # ---------------------------------------------------------------- the references
@@ -173,10 +185,11 @@ def run_forward(variant: str, q16, k16, v16, dtype: str, causal: bool, dropout_p
     checks.reset_launches()
     launch_checked(what, partial(fl.forward, q, k, v, o, lse, dtype, causal=causal, variant=variant,
                                  dropout_p=dropout_p, seed=seed, **counters))
-    kernel = RUNGS["tuned" if variant == "best" else variant]
-    if not any(n for (file, function), n in kernels.launch_counts().items()
-               if file == "flash.cu" and function.split("<")[0] == kernel):
-        raise GradeError(f"{what}: no launch of `{kernel}` from flash.cu was recorded")
+    # "best": rung 5, or rung 8 on an sm_90 GPU without dropout
+    allowed = [variant] if variant != "best" else ["tuned"] + (["wgmma"] if not dropout_p else [])
+    if not any(launched(v) for v in allowed):
+        raise GradeError(f"{what}: no launch of " + " or ".join(f"`{RUNGS[v]}` from {RUNG_FILES[v]}"
+                                                                for v in allowed) + " was recorded")
     if counters:
         used = int(checks.to_host(counters["step_used"])[0])
         if used != offset:
@@ -263,6 +276,7 @@ def test_long_sequences():
         for causal in (False, True):
             check_forward("best", LONG, 64, dtype, causal)
     check_forward("best", LONG, 128, "bfloat16", True)
+    check_forward("tuned", LONG, 128, "bfloat16", False)  # rung 5 itself, where "best" is rung 8
     for causal in (False, True):
         check_backward(LONG, 64, "bfloat16", causal)
 
@@ -389,6 +403,12 @@ def test_launcher_rejects_bad_arguments():
                         ValueError, "dropout_p")
     checks.expect_error("dropout in rung 2", lambda: fl.forward(q, k, v, o, lse, "float16", variant="mma",
                                                                 dropout_p=0.1), ValueError, "mma")
+    if fl.has_sm90():
+        checks.expect_error("dropout in rung 8", lambda: fl.forward(q, k, v, o, lse, "float16", variant="wgmma",
+                                                                    dropout_p=0.1), ValueError, "wgmma")
+    else:
+        checks.expect_error("rung 8 off Hopper", lambda: fl.forward(q, k, v, o, lse, "float16", variant="wgmma"),
+                            NotImplementedError, "sm_90")
     bq, bk, bv, bo = arrays(dtype=b16)
     checks.expect_error("backward with a float16 dq among bfloat16 arrays",
                         lambda: fl.backward(bq, bk, bv, bo, lse, bq, q, bk, bv, "bfloat16"), TypeError, "float16")

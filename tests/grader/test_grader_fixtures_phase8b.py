@@ -39,7 +39,7 @@ DQ_ADD = ("                        atomic_add2(dq + (size_t)row * D + d0 + j * 8
           "                                    acc[j][2 * r], acc[j][2 * r + 1]);\n")
 DQ_STORED = ("                        { float* p_ = dq + (size_t)row * D + d0 + j * 8 + 2 * qd;\n"
              "                          p_[0] = acc[j][2 * r]; p_[1] = acc[j][2 * r + 1]; }\n")
-LAUNCH = "    _launch(name, (math.ceil(t / br), bh), (threads,),\n"
+LAUNCH = "    _launch(name, (math.ceil(t / br), bh), (threads,), args, smem, RUNGS[variant])\n"
 # the backward's launcher hands its kernel a fresh step (offset 0), not the forward's record it was given
 BWD_STEP = "    drop = dropout_args(dropout_p, seed) + step_arrays(step, None, dropout_p > 0)[:1]\n"
 # flash.py hands the attention to PyTorch's scaled_dot_product_attention (on a GPU the tempting shortcut is the
