@@ -500,7 +500,8 @@ def _case_ids():
 @pytest.mark.kernel("flash.cu", "flash_fwd_5_tuned")
 @pytest.mark.parametrize("b, h, t, d, dtype, causal", PERF_CASES, ids=_case_ids())
 @pytest.mark.hint("see the chapter's ladder: two m-tiles a warp (each K/V fragment feeds two MMAs), swizzled "
-                  "tiles read by ldmatrix, K/V double-buffered, causal tiles above the diagonal skipped")
+                  "tiles read by ldmatrix, K/V double-buffered, causal tiles above the diagonal skipped; on an "
+                  "sm_90 GPU 'best' is rung 8 (wgmma) once written")
 def test_perf_best_forward_against_flash_attention_2(b, h, t, d, dtype, causal, record_property):
     torch = _torch()
     check_forward("best", 65, d, dtype, causal)  # right before it is fast
