@@ -63,7 +63,7 @@ GPU_SMALL_OUTPUT = 2048
 # Split K: a weight gradient dW = Xᵀ·dY has a small output (C x C' values) and a long K (B·T rows): unsplit, it runs
 # on few blocks of a GPU's 132 multiprocessors (nanoGPT's 384 x 1152 output: 27 of rung 5's 128 x 128 tiles), each
 # looping over all of K (16,384 rows): an H100 took 150 us for each of those products on rung 6 (wgmma), 380 us on
-# rung 5, a fifth of the step (benchmarks/results/phase8b_nanogpt-*.json, gemm rows). Stored K-major (Xᵀ read in
+# rung 5, a fifth of the step (benchmarks/results/phase8b_nanogpt_phase7init-*.json, gemm rows). Stored K-major (Xᵀ read in
 # place, dY as it is), both operands are stacks of pieces of K without a copy; one batched launch computes the
 # partial products (grid z = the piece) and a column sum (Phase 3b's bias_grad) adds them in float32. The pieces
 # are as many as bring the blocks (tiles x pieces) to the target, about one a multiprocessor, each piece at least
