@@ -85,14 +85,19 @@ def torch_autocast(precision: str, device: str):
 # Lab 8a's deliverable (solutions/phase8a_tensor_cores.ipynb): Lab 7's model and recipe with the head untied and no
 # dropout, AdamW over optimizer_groups on the warmup + cosine schedule, clipping at 1.0
 GPT_TIE, GPT_DROPOUT = False, 0.0
-# The ways minitorch can run the deliverable's step (the framework's levers; split K and hgemm.py's best, rung 6 on
-# sm_90 for K >= 256, are on by default in all of them): AdamW over per-parameter buffers as the lab builds it, over
+# The ways minitorch can run the deliverable's step, (flat, branches, split) (the framework's levers; hgemm.py's
+# best, rung 6 on sm_90 for K >= 256, in all of them): AdamW over per-parameter buffers as the lab builds it, over
 # one flat buffer (flat=True: one update launch a decay group, clipping in three launches), and that with the
-# weights' gradients on a side branch of the captured graph (ops.set_concurrent_weight_grads; cuda only)
-GPT_WAYS = {"per_parameter": (False, False), "flat": (True, False), "flat+branches": (True, True)}
+# weights' gradients on a side branch of the captured graph (ops.set_concurrent_weight_grads; cuda only); the weight
+# gradients split along K (ops.set_split_k: None, the default) or not (0; at the lab's batch their K is 4,096 rows)
+GPT_WAYS = {"per_parameter": (False, False, None), "flat": (True, False, None), "flat+branches": (True, True, None),
+            "flat+unsplit": (True, False, 0), "flat+branches+unsplit": (True, True, 0)}
 GPT_WAY_MEANS = {"per_parameter": "AdamW over per-parameter buffers (as Lab 8a's solution builds it)",
                  "flat": "AdamW(..., flat=True)",
-                 "flat+branches": "AdamW(..., flat=True) and ops.set_concurrent_weight_grads(True)"}
+                 "flat+branches": "AdamW(..., flat=True) and ops.set_concurrent_weight_grads(True)",
+                 "flat+unsplit": "AdamW(..., flat=True) and ops.set_split_k(0)",
+                 "flat+branches+unsplit": "AdamW(..., flat=True), ops.set_concurrent_weight_grads(True) and "
+                                          "ops.set_split_k(0)"}
 GPT_RECIPE = ("Lab 8a's deliverable: nn.GPT(tie_weights=False, dropout=0.0), AdamW(optimizer_groups(0.1)) on "
               "WarmupCosine(lr, lr / 10, steps // 10, steps), clipping at 1.0")
 
@@ -138,11 +143,12 @@ def gpt_way_row(device: str, vocab: int, setup: dict, x: np.ndarray, y: np.ndarr
     from minitorch import graph, ops
 
     time_of = gpt.timer(device)
-    ways = {k: v for k, v in GPT_WAYS.items() if device == "cuda" or not v[1]}  # branches: a cuda graph's only
+    # branches: a cuda graph's only; split K: a GPU batch's (K >= 2048)
+    ways = {k: v for k, v in GPT_WAYS.items() if device == "cuda" or not v[1] and v[2] is None}
     row: dict = {"kind": "step_ways", "model": "gpt", "precision": "bfloat16"}
     weights = {}
-    for way, (flat, branches) in ways.items():
-        was = ops.set_concurrent_weight_grads(branches)
+    for way, (flat, branches, split) in ways.items():
+        was, split_was = ops.set_concurrent_weight_grads(branches), ops.set_split_k(split)
         try:
             model, _, xb, yb, step = gpt_setup(vocab, setup, "bfloat16", flat)
             xb.copy_from(x)
@@ -159,6 +165,7 @@ def gpt_way_row(device: str, vocab: int, setup: dict, x: np.ndarray, y: np.ndarr
             row[f"{way}_skipped"] = f"{type(exc).__name__}: {exc}"[:300]
         finally:
             ops.set_concurrent_weight_grads(was)
+            ops.set_split_k(split_was)
     base = weights.get("per_parameter")
     for way, w in weights.items():
         if base is not None and way != "per_parameter":
@@ -194,8 +201,8 @@ def gpt_rows(device: str, setup: dict, profile: bool = False) -> tuple[list[dict
     rows: list[dict] = []
     way_row, way = gpt_way_row(device, vocab, setup, x, y)
     rows.append(way_row)
-    flat, branches = GPT_WAYS[way]
-    branches_was = ops.set_concurrent_weight_grads(branches)
+    flat, branches, split = GPT_WAYS[way]
+    branches_was, split_was = ops.set_concurrent_weight_grads(branches), ops.set_split_k(split)
     steps, models = {}, {}
     try:
         for precision in PRECISIONS:  # the deliverable's training, both ways, with the way chosen
@@ -233,6 +240,7 @@ def gpt_rows(device: str, setup: dict, profile: bool = False) -> tuple[list[dict
             kernels += profile_rows(steps["bfloat16"][0].replay, "minitorch_bfloat16_captured")
     finally:
         ops.set_concurrent_weight_grads(branches_was)
+        ops.set_split_k(split_was)
     torch = torch_or_none()
     if torch is None:
         row["pytorch_skipped"] = "PyTorch is not installed here"

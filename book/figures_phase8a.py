@@ -737,7 +737,12 @@ def _amp_figure(res: Results):
 AMP_WAYS = {"per_parameter": "with AdamW per parameter, as the lab builds it",
             "flat": "with AdamW over one flat buffer, `flat=True`",
             "flat+branches": "with AdamW over one flat buffer, `flat=True`, and the weights' gradients on a side "
-                             "branch of the graph, `ops.set_concurrent_weight_grads(True)`"}
+                             "branch of the graph, `ops.set_concurrent_weight_grads(True)`",
+            "flat+unsplit": "with AdamW over one flat buffer, `flat=True`, and the weights' gradients not split "
+                            "along K, `ops.set_split_k(0)`",
+            "flat+branches+unsplit": "with AdamW over one flat buffer, `flat=True`, and the weights' gradients on "
+                                     "a side branch of the graph, `ops.set_concurrent_weight_grads(True)`, not "
+                                     "split along K, `ops.set_split_k(0)`"}
 
 
 def _torch_adamw(step: dict) -> str:
