@@ -279,10 +279,10 @@ def gpt_rows(device: str, setup: dict, profile: bool = False) -> tuple[list[dict
     for precision in PRECISIONS:  # eager as most PyTorch code runs; captured with a capturable AdamW
         for name, fused_adamw in optimizers.items():
             suffix = "" if name == main else f"_{name}"
-            for way in ("eager", "captured") if device == "cuda" else ("eager",):
-                key = f"pytorch_{precision}_{way}{suffix}"
+            for how in ("eager", "captured") if device == "cuda" else ("eager",):
+                key = f"pytorch_{precision}_{how}{suffix}"
                 try:
-                    if way == "eager":
+                    if how == "eager":
                         row[f"{key}_seconds"] = time_of(torch_step_of(precision, False, fused_adamw))
                         continue
                     gc.collect()  # earlier steps' autograd graphs belong to the default stream: let them go first
