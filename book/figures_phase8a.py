@@ -749,6 +749,22 @@ def _torch_adamw(step: dict) -> str:
     return "fused, `fused=True`" if "fused=True" in step.get("pytorch_optimizer", "") else "foreach, its default"
 
 
+def _amp_kernels_text(res: Results) -> str:
+    """Where the GPT's bf16 captured step spends its GPU time, against PyTorch's (the run's kernel rows, from
+    ``--profile``), or nothing for a run without them."""
+    busy = {r["run"]: r["busy_us_per_step"] for r in res.rows if r["kind"] == "kernel_busy" and r.get("model") == "gpt"}
+    ours, theirs = "minitorch_bfloat16_captured", "pytorch_bfloat16_captured"
+    if ours not in busy or theirs not in busy:
+        return ""
+    table = sorted((r for r in res.rows if r["kind"] == "kernel" and r.get("run") == ours),
+                   key=lambda r: -r["us_per_step"])
+    top = ", ".join(f"{r['calls_per_step']:.0f} launches of `{r['name'].split('<')[0].split('(')[0].replace('void ', '')}` "
+                    f"{r['us_per_step']:.0f} µs" for r in table[:3])
+    return (f" Split by kernel (`torch.profiler`), the GPT's bf16 step keeps the GPU busy {busy[ours]:.0f} µs a step "
+            f"(more than the step's time: the weights' gradients overlap the rest), PyTorch's captured step "
+            f"{busy[theirs]:.0f} µs; the largest shares are {top}.")
+
+
 def _amp_text(res: Results) -> str:
     steps, summary = _amp_rows(res, "step"), _amp_rows(res, "summary")
     gpt = [r for r in res.rows if r["kind"] == "training" and r["model"] == "gpt"]
@@ -774,6 +790,7 @@ def _amp_text(res: Results) -> str:
         if st.get("way") in AMP_WAYS:  # a run that names how minitorch's step ran, and PyTorch's optimizer
             text += f" (minitorch's step {AMP_WAYS[st['way']]}; PyTorch's AdamW {_torch_adamw(st)})"
         parts.append(text + ".")
+    parts.append(_amp_kernels_text(res))
     # a run whose config names "bmm" launched each batched product once (grid z); runs before launched once a
     # matrix, thousands of launches more than float32 (256 matrices a product, twelve products a step)
     batched = ("bmm" in json.loads(res.path.read_text()).get("config", {})
