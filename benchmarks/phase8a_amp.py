@@ -4,11 +4,11 @@ GPT and Phase 6's MNIST CNN against their float32 runs and against PyTorch.
 Runs on the reference solution files of Phases 1-8a (a temporary workspace). For each model:
 
 - ``step_ways`` (the GPT): the bf16 captured step of throwaway models timed for each way minitorch can run it
-  (``GPT_WAYS``: AdamW per parameter as the lab builds it, over one flat buffer, and that with the weights'
-  gradients on a side branch of the graph), each way's weights after a few steps checked against the per-parameter
-  way's; the rest of the run uses the fastest;
-- ``training``: the lab's recipe (the GPT: Lab 8a's deliverable, ``GPT_RECIPE``) trained twice by minitorch, float32 and under bf16 autocast (fp32 master weights
-  and optimizer state; products on the learner's ``hgemm.py``), from the same initial weights on the same batches,
+  (``GPT_WAYS``: AdamW per parameter as the lab builds it or over one flat buffer, the weights' gradients on a side
+  branch of the graph or not, split along K or not), each way's weights after a few steps checked against the
+  per-parameter way's; the rest of the run uses the fastest;
+- ``training``: the lab's recipe (the GPT: Lab 8a's deliverable, ``GPT_RECIPE``) trained twice by minitorch, float32
+  and under bf16 autocast (fp32 master weights and optimizer state; products on the learner's ``hgemm.py``), from the same initial weights on the same batches,
   each step captured into a graph and replayed; the GPT's validation loss (the grader's 256 windows) and the CNN's
   test accuracy, both evaluated in float32 from the trained fp32 weights, and the training time;
 - ``step``: one training step on one batch, timed alone (host time included): minitorch fp32 and bf16, captured and
@@ -24,8 +24,10 @@ On a GPU: ``python benchmarks/phase8a_amp.py`` (about two minutes on an H100) wr
 ``benchmarks/results/phase8a_amp-<gpu>.json``. ``--small`` runs every line on the emulator with reduced models and
 a few steps (PyTorch on the cpu: no captured rows) and writes into a temporary directory: a check of the script.
 ``--only mnist --profile --mnist-epochs 1`` adds torch.profiler's kernel tables of the CNN's steps (one epoch of
-training each way first); committed as ``phase8a_amp_mnist_profile-<gpu>.json``. ``--reduced STEPS`` trains Lab 8a's deliverable in its reduced configuration (the emulator's: Lab 7's reduced model
-and recipe, STEPS steps) in float32 and under bf16 autocast, both scored in float64 by the grader's own forward pass
+training each way first); committed as ``phase8a_amp_mnist_profile-<gpu>.json``. ``--only gpt --profile`` (about a
+minute on an H100) writes ``phase8a_amp_gpt-<gpu>.json``, whose rows the chapter takes for the GPT; ``--out DIR``
+writes the JSON there instead. ``--reduced STEPS`` trains Lab 8a's deliverable in its reduced configuration (the
+emulator's: Lab 7's reduced model and recipe, STEPS steps) in float32 and under bf16 autocast, both scored in float64 by the grader's own forward pass
 (grader/tests/test_phase7_gpt.py) on its 256 windows, and writes ``phase8a_gpt_reduced-<device>.json``: the data
 behind ``phase8a.shakespeare_bf16_val_loss_reduced``.
 """
