@@ -661,7 +661,8 @@ def phase8a_wgmma_lab() -> None:
 # --------------------------------------------------------------------------------------
 
 AMP_BENCH = "phase8a_amp"
-AMP_CNN_BENCH = "phase8a_amp_mnist"  # a later run of the CNN alone (--only mnist): its rows replace the CNN's
+# later runs of one model alone (--only mnist, --only gpt) on the same card: their rows replace that model's
+AMP_LATER_BENCHES = (("mnist_cnn", "phase8a_amp_mnist", "The CNN"), ("gpt", "phase8a_amp_gpt", "The GPT"))
 AMP_SCRIPT = "benchmarks/phase8a_amp.py"
 AMP_MODELS = (("gpt", "GPT (Phase 7), one step"), ("mnist_cnn", "MNIST CNN (Phase 6), one step"))
 AMP_BARS = [  # (key in the step row, label, colour)
@@ -690,22 +691,22 @@ def phase8a_amp() -> None:
             glue_md(name, missing_md(AMP_BENCH, AMP_SCRIPT))
         return
     res = results[0]
-    cnn = _newer_cnn_run(res)
-    if cnn is not None:  # the CNN's rows from its own, later run on the same card
-        rows = [r for r in res.rows if r.get("model") != "mnist_cnn"] + [r for r in cnn.rows
-                                                                          if r.get("model") == "mnist_cnn"]
-        provenance = f"{res.provenance} The CNN: {cnn.provenance}"
-        res = dataclasses.replace(res, rows=rows)
-    else:
-        provenance = res.provenance
+    provenance = res.provenance
+    for model, bench, name in AMP_LATER_BENCHES:
+        later = _newer_run(res, bench)
+        if later is not None:  # the model's rows from its own, later run on the same card
+            rows = [r for r in res.rows if r.get("model") != model] + [r for r in later.rows
+                                                                       if r.get("model") == model]
+            provenance += f" {name}: {later.provenance}"
+            res = dataclasses.replace(res, rows=rows)
     glue_figure(figs[0], _amp_figure(res))
     glue_md("phase8a-amp-source", provenance)
     glue_md("phase8a-amp-text", _amp_text(res))
 
 
-def _newer_cnn_run(res: Results) -> Results | None:
-    """The newest full-configuration CNN-only run on res's card, dated no earlier than res, or None."""
-    runs = [r for r in every_card(AMP_CNN_BENCH) if r.device == res.device and r.date >= res.date
+def _newer_run(res: Results, bench: str) -> Results | None:
+    """The newest full-configuration one-model run (``bench``) on res's card, dated no earlier than res, or None."""
+    runs = [r for r in every_card(bench) if r.device == res.device and r.date >= res.date
             and json.loads(r.path.read_text()).get("configuration") == "full"]
     return max(runs, key=lambda r: (r.date, r.path.name)) if runs else None
 
@@ -732,6 +733,38 @@ def _amp_figure(res: Results):
     return fig
 
 
+# how phase8a_amp.py ran minitorch's GPT step (its GPT_WAYS), as the text says it
+AMP_WAYS = {"per_parameter": "with AdamW per parameter, as the lab builds it",
+            "flat": "with AdamW over one flat buffer, `flat=True`",
+            "flat+branches": "with AdamW over one flat buffer, `flat=True`, and the weights' gradients on a side "
+                             "branch of the graph, `ops.set_concurrent_weight_grads(True)`",
+            "flat+unsplit": "with AdamW over one flat buffer, `flat=True`, and the weights' gradients not split "
+                            "along K, `ops.set_split_k(0)`",
+            "flat+branches+unsplit": "with AdamW over one flat buffer, `flat=True`, and the weights' gradients on "
+                                     "a side branch of the graph, `ops.set_concurrent_weight_grads(True)`, not "
+                                     "split along K, `ops.set_split_k(0)`"}
+
+
+def _torch_adamw(step: dict) -> str:
+    return "fused, `fused=True`" if "fused=True" in step.get("pytorch_optimizer", "") else "foreach, its default"
+
+
+def _amp_kernels_text(res: Results) -> str:
+    """Where the GPT's bf16 captured step spends its GPU time, against PyTorch's (the run's kernel rows, from
+    ``--profile``), or nothing for a run without them."""
+    busy = {r["run"]: r["busy_us_per_step"] for r in res.rows if r["kind"] == "kernel_busy" and r.get("model") == "gpt"}
+    ours, theirs = "minitorch_bfloat16_captured", "pytorch_bfloat16_captured"
+    if ours not in busy or theirs not in busy:
+        return ""
+    table = sorted((r for r in res.rows if r["kind"] == "kernel" and r.get("run") == ours),
+                   key=lambda r: -r["us_per_step"])
+    top = ", ".join(f"{r['calls_per_step']:.0f} launches of `{r['name'].split('<')[0].split('(')[0].replace('void ', '')}` "
+                    f"{r['us_per_step']:.0f} µs" for r in table[:3])
+    return (f" Split by kernel (`torch.profiler`), the GPT's bf16 step keeps the GPU busy {busy[ours]:.0f} µs a step "
+            f"(more than the step's time: the weights' gradients overlap the rest), PyTorch's captured step "
+            f"{busy[theirs]:.0f} µs; the largest shares are {top}.")
+
+
 def _amp_text(res: Results) -> str:
     steps, summary = _amp_rows(res, "step"), _amp_rows(res, "summary")
     gpt = [r for r in res.rows if r["kind"] == "training" and r["model"] == "gpt"]
@@ -754,7 +787,10 @@ def _amp_text(res: Results) -> str:
             text += f", {s['bf16_over_pytorch_autocast_captured']:.2f}× PyTorch's captured autocast step"
         if "bf16_over_pytorch_autocast_eager" in s:
             text += f" and {s['bf16_over_pytorch_autocast_eager']:.2f}× its eager one"
+        if st.get("way") in AMP_WAYS:  # a run that names how minitorch's step ran, and PyTorch's optimizer
+            text += f" (minitorch's step {AMP_WAYS[st['way']]}; PyTorch's AdamW {_torch_adamw(st)})"
         parts.append(text + ".")
+    parts.append(_amp_kernels_text(res))
     # a run whose config names "bmm" launched each batched product once (grid z); runs before launched once a
     # matrix, thousands of launches more than float32 (256 matrices a product, twelve products a step)
     batched = ("bmm" in json.loads(res.path.read_text()).get("config", {})
