@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
         for row in emu_speed.kernel_profile(step._launches, rounds=args.rounds):
             total += row["cpu_seconds"]
             print(f"{row['kernel'][:48]:48s} {row['launches']:2d} {row['cpu_seconds'] * 1e3:8.2f} ms "
-                  f"fibers={row['fibers']}")
+                  f"fibers={row['fibers']} split={row['split']}")
         print(f"total {total * 1e3:.1f} ms")
         cpu = time.process_time()
         run(6, args.steps)
