@@ -83,6 +83,15 @@ extern "C" __global__ void early(float* y, int n) {
     __syncthreads();  // @early
     y[threadIdx.x] = s[n - 1 - threadIdx.x];
 }
+// a fault after a barrier, and printf: reported as on fibers
+extern "C" __global__ void late_fault(float* y, const int* at, int n) {
+    __shared__ float s[64];
+    s[threadIdx.x] = threadIdx.x;
+    __syncthreads();
+    if (threadIdx.x % 16 == 3) printf("thread %d sees %g\n", (int)threadIdx.x, s[63 - threadIdx.x]);
+    __syncthreads();
+    y[at[threadIdx.x]] = s[threadIdx.x];  // @fault
+}
 // synchronisation other than __syncthreads() in the kernel: fibers
 __device__ float block_sum(float v, float* scratch) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -111,18 +120,20 @@ def line_of(marker: str) -> int:
     return next(i for i, ln in enumerate(TILED.splitlines(), 1) if f"// @{marker}" in ln)
 
 
-def build(monkeypatch: pytest.MonkeyPatch, split_on: bool) -> emu.RawModule:
-    monkeypatch.setenv("MINITORCH_EMU_SPLIT", "1" if split_on else "0")
-    return emu.RawModule(code=TILED, filename="split_probe.cu")
-
-
 def exports(mod: emu.RawModule) -> dict[str, compiler.Export]:
     return {e.name: e for e in mod._variants[False].built.exports}
 
 
+def build(monkeypatch: pytest.MonkeyPatch, split_on: bool) -> emu.RawModule:
+    monkeypatch.setenv("MINITORCH_EMU_SPLIT", "1" if split_on else "0")
+    mod = emu.RawModule(code=TILED, filename="split_probe.cu")
+    assert exports(mod)["mm"].split == split_on  # what each comparison below compares
+    return mod
+
+
 def test_which_kernels_are_split(monkeypatch: pytest.MonkeyPatch) -> None:
     ex = exports(build(monkeypatch, True))
-    assert {n for n, e in ex.items() if e.split} == {"mm", "mm_racy", "diverge", "trips", "early"}
+    assert {n for n, e in ex.items() if e.split} == {"mm", "mm_racy", "diverge", "trips", "early", "late_fault"}
     assert ex["sums"].uses_sync and ex["counted"].uses_sync  # fibers: a shuffle, __syncthreads_count
     assert not any(e.split for e in exports(build(monkeypatch, False)).values())
 
@@ -199,6 +210,21 @@ def test_early_exit_before_a_barrier_warns_as_on_fibers(monkeypatch: pytest.Monk
     assert got[0][1].tobytes() == got[1][1].tobytes()
 
 
+def test_faults_and_printf_are_reported_as_on_fibers(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    at = np.arange(64, dtype=np.int32)
+    at[37] = 1 << 22  # thread 37 writes far outside y
+    got = []
+    for split_on in (True, False):
+        with pytest.raises(emu.KernelFault) as ei:
+            build(monkeypatch, split_on).get_function("late_fault")((1,), (64,), (emu.zeros(64, np.float32),
+                                                                                   emu.asarray(at), np.int32(64)))
+        got.append((str(ei.value), capsys.readouterr().out))
+    assert got[0] == got[1]
+    assert f"split_probe.cu:{line_of('fault')}" in got[0][0] and "thread (37,0,0)" in got[0][0], got[0][0]
+    assert got[0][1].splitlines()[0] == "thread 3 sees 60"
+
+
 def test_kernels_that_keep_their_fibers_still_run(monkeypatch: pytest.MonkeyPatch) -> None:
     mod = build(monkeypatch, True)
     x = RNG.standard_normal(300).astype(np.float32)
@@ -262,7 +288,7 @@ def test_refused_kernels_keep_their_fibers(body: str) -> None:
 
 def test_rewrite_keeps_every_line_where_it_was() -> None:
     info = compiler.scan_source(TILED, "split_probe.cu", split=True)
-    assert info.split_names == {"mm", "mm_racy", "diverge", "trips", "early"}
+    assert info.split_names == {"mm", "mm_racy", "diverge", "trips", "early", "late_fault"}
     old, new = TILED.splitlines(), info.text.splitlines()
     assert len(new) == len(old)
     fibers_from = next(i for i, ln in enumerate(old) if "block_sum(float v" in ln)
