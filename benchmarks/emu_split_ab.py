@@ -3,7 +3,8 @@
 Runs, ``--runs`` times each and alternating (other programs share the machine), with ``MINITORCH_EMU_SPLIT=1``
 and ``=0``: ``emu_kernel_profile.py`` (the Phase 6 MNIST step on one worker, specialised: each kernel's CPU time,
 best of ``--rounds`` replays, and the step's CPU time) and ``emu_speed.py --only kernels`` (the 16x16-tiled SGEMM
-of 512^3, two barriers a tile, and the launch and elementwise rows). Each run is a fresh process with the
+of 512^3, two barriers a tile, and the launch and elementwise rows) and ``emu_speed.py --only gpt`` (the Phase 7
+GPT step, lab and reduced configurations). Each run is a fresh process with the
 compile cache of this machine. Writes ``benchmarks/results/emu_split_ab-<device>.json``.
 """
 
@@ -33,13 +34,13 @@ def run_profile(split: bool, rounds: int, steps: int) -> dict:
             "step_cpu_seconds": round(doc["step_cpu_seconds"], 5)}
 
 
-def run_sgemm(split: bool, rounds: int) -> dict:
+def run_speed(split: bool, *args: str) -> list[dict]:
+    """The rows of one emu_speed.py run (one worker) with these arguments."""
     with tempfile.TemporaryDirectory() as d:
         env = {**os.environ, "MINITORCH_EMU_SPLIT": "1" if split else "0"}
-        subprocess.run([sys.executable, str(HERE / "emu_speed.py"), "--only", "kernels", "--workers", "1",
-                        "--rounds", str(rounds), "--out", d], env=env, check=True, stdout=subprocess.DEVNULL)
-        doc = json.loads(next(Path(d).glob("emu_speed-*.json")).read_text())
-    return {r["kernel"]: round(r["cpu_seconds"], 5) for r in doc["results"] if r["kind"] == "sgemm"}
+        subprocess.run([sys.executable, str(HERE / "emu_speed.py"), "--workers", "1", *args, "--out", d], env=env,
+                       check=True, stdout=subprocess.DEVNULL)
+        return json.loads(next(Path(d).glob("emu_speed-*.json")).read_text())["results"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs of each configuration, alternating")
     parser.add_argument("--rounds", type=int, default=3, help="replays of each launch (the best counts)")
     parser.add_argument("--steps", type=int, default=10, help="MNIST steps timed")
+    parser.add_argument("--gpt-steps", type=int, default=3, help="GPT steps timed (0: no GPT rows)")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
     from common import emulator_name, write_results
@@ -59,10 +61,20 @@ def main(argv: list[str] | None = None) -> int:
                    **run_profile(split, args.rounds, args.steps)}
             print({k: v for k, v in row.items() if k != "kernels"}, flush=True)
             rows.append(row)
-            row = {"kind": "sgemm_ab", "run": run, "split": split, "workers": 1,
-                   "load_average_before": os.getloadavg()[0], "cpu_seconds": run_sgemm(split, args.rounds)}
+            load = os.getloadavg()[0]
+            sgemm = run_speed(split, "--only", "kernels", "--rounds", str(args.rounds))
+            row = {"kind": "sgemm_ab", "run": run, "split": split, "workers": 1, "load_average_before": load,
+                   "cpu_seconds": {r["kernel"]: round(r["cpu_seconds"], 5) for r in sgemm if r["kind"] == "sgemm"}}
             print(row, flush=True)
             rows.append(row)
+            if args.gpt_steps:
+                load = os.getloadavg()[0]
+                gpt = run_speed(split, "--only", "gpt", "--gpt-steps", str(args.gpt_steps))
+                row = {"kind": "gpt_ab", "run": run, "split": split, "workers": 1, "load_average_before": load,
+                       "steps": args.gpt_steps,
+                       "step_cpu_seconds": {r["config"]: round(r["step_cpu_seconds"], 4) for r in gpt}}
+                print(row, flush=True)
+                rows.append(row)
     write_results("emu_split_ab", emulator_name(), rows, cpu_count=os.cpu_count(),
                   notes=["split: MINITORCH_EMU_SPLIT=1 (kernels whose only synchronisation is __syncthreads() in "
                          "their own body run as one C++ coroutine per CUDA thread) or 0 (fibers); the runs alternate",
@@ -71,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
                          "CPU time a step",
                          "sgemm_ab: benchmarks/emu_speed.py --only kernels --workers 1: the process's CPU seconds of "
                          "one 512^3 product (the round with the best wall time)",
+                         "gpt_ab: benchmarks/emu_speed.py --only gpt --workers 1: the process's CPU seconds a step of "
+                         "the Phase 7 GPT (lab and reduced configurations), over --gpt-steps steps",
                          "other programs share the 2 cores (load_average_before): compare within a run"])
     return 0
 

@@ -184,7 +184,8 @@ def plan(stripped: str, f: Any, sync: set[str]) -> list[tuple[int, int, str]] | 
 
 _DECL = re.compile(r"(?:^|(?<=[;{}]))\s*(?P<type>(?:(?:const|volatile|unsigned|signed)\s+)*"
                    r"(?:long\s+long|int|float|double|long|short|char|bool|size_t|unsigned|u?int[1-4]|float[1-4]|"
-                   r"u?int(?:8|16|32|64)_t)\b(?:\s+const\b)?)(?P<decls>[^;{}]*);")
+                   r"u?int(?:8|16|32|64)_t)\b(?:\s+const\b)?)"
+                   r"(?P<decls>(?:[^;{}]|\{[^;{}]*(?:\{[^;{}]*\}[^;{}]*)*\})*);")  # brace initialisers too
 _DECLARATOR = re.compile(r"^\s*(?P<ptr>(?:\*\s*(?:const\s+|__restrict__\s+)*)*)(?P<name>[A-Za-z_]\w*)\s*"
                          r"(?P<dims>(?:\[[^\]]*\]\s*)*)(?:=.*)?$", re.S)
 
