@@ -311,3 +311,42 @@ def test_a_rewrite_that_does_not_compile_falls_back_to_fibers(monkeypatch: pytes
     y = emu.zeros(32, np.float32)
     mod.get_function("k")((1,), (32,), (y, np.int32(32)))
     np.testing.assert_array_equal(emu.asnumpy(y), 31 - np.arange(32))
+
+
+BRACED = r"""
+extern "C" __global__ void braced(const float* x, float* y, int n) {
+    __shared__ float s[64];
+    float acc[2][2] = {{0.0f}};  // a brace initialiser: copied into the loop's lambda all the same
+    for (int t = 0; t < n; t += 64) {
+        s[threadIdx.x] = t + threadIdx.x < n ? x[t + threadIdx.x] : 0.0f;
+        __syncthreads();
+        for (int i = 0; i < 64; ++i) {
+            acc[i % 2][threadIdx.x % 2] += s[i] * (float)(threadIdx.x + 1);
+        }
+        __syncthreads();
+    }
+    y[threadIdx.x] = acc[0][threadIdx.x % 2] - acc[1][threadIdx.x % 2];
+}
+"""
+
+
+def test_loops_work_on_copies_of_the_kernels_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The barrier-free loop runs in a lambda on a copy of `acc` (split.py: GCC keeps a coroutine's variables in
+    memory that every store may alias), written back after it: the fibers' bits, the NumPy float64 sums."""
+    text = compiler.scan_source(BRACED, "braced.cu", split=True).text
+    assert "memcpy(&__l_acc, &acc, sizeof(acc))" in text and "__l_acc[i % 2]" in text
+    n = 150
+    x = RNG.standard_normal(n).astype(np.float32)
+    outs = []
+    for split_on in ("1", "0"):
+        monkeypatch.setenv("MINITORCH_EMU_SPLIT", split_on)
+        mod = emu.RawModule(code=BRACED, filename="braced.cu")
+        assert exports(mod)["braced"].split == (split_on == "1")
+        y = emu.zeros(64, np.float32)
+        mod.get_function("braced")((1,), (64,), (emu.asarray(x), y, np.int32(n)))
+        outs.append(emu.asnumpy(y))
+    pad = np.zeros(192)
+    pad[:n] = x
+    even, odd = pad.reshape(-1, 2)[:, 0].sum(), pad.reshape(-1, 2)[:, 1].sum()
+    np.testing.assert_allclose(outs[0], (even - odd) * np.arange(1, 65), rtol=1e-4, atol=1e-4)
+    assert outs[0].tobytes() == outs[1].tobytes()
