@@ -16,7 +16,13 @@ The rewrite is textual and keeps every line where it was (compiler messages and 
 line numbers): ``extern "C"`` becomes ``template <class __emu_V>`` (the kernel's integer parameters, renamed
 ``__emu_p_<name>``, are read again at the top of the body as ``const`` copies that are constants in a
 specialisation, ``specialize.py``), ``void`` becomes ``__emu_split::task``, each ``__syncthreads()`` a
-``co_await``, each ``return`` a ``co_return``. A kernel is split only when nothing else in it synchronises:
+``co_await``, each ``return`` a ``co_return``. GCC keeps every variable of a coroutine's body in its frame, in
+memory that any store of the kernel may alias, so a loop's sum would be loaded and stored at every step (the
+split convolutions ran slower than on fibers): each outermost ``for`` loop without a barrier (or return, goto,
+case label, ``__shared__``) is therefore wrapped in an inlined lambda, ``[&]() { <copies> for (...) {...}
+<write-backs> }();``, that works on copies of the kernel variables it uses (``_frame_variables``: never those
+named in a macro or a lambda of the learner, whose address is taken, or an array used as a pointer). A kernel is
+split only when nothing else in it synchronises:
 no warp primitive, no ``__syncthreads_count/and/or``, no device function or macro that uses one, no inline
 PTX or emulator built-in, no barrier inside a lambda, no local class, and its name is not used elsewhere.
 Everything else keeps its fibers; check mode always uses them (its race detectors and barrier diagnosis are
