@@ -10,6 +10,7 @@ Run it alternately with the changed and the unchanged emulator (other programs s
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=5, help="replays of each launch (the best counts)")
     parser.add_argument("--steps", type=int, default=10, help="steps timed after the per-kernel profile")
+    parser.add_argument("--json", help="also write the rows and the step's CPU time to this file")
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
     os.environ.setdefault("MINITORCH_WORKSPACE", tempfile.mkdtemp(prefix="minitorch-kernel-profile-"))
@@ -56,14 +58,20 @@ def main(argv: list[str] | None = None) -> int:
         run(3, 3)
         emu_speed._specialize_now()
         total = 0.0
-        for row in emu_speed.kernel_profile(step._launches, rounds=args.rounds):
+        rows = emu_speed.kernel_profile(step._launches, rounds=args.rounds)
+        for row in rows:
             total += row["cpu_seconds"]
             print(f"{row['kernel'][:48]:48s} {row['launches']:2d} {row['cpu_seconds'] * 1e3:8.2f} ms "
-                  f"fibers={row['fibers']}")
+                  f"fibers={row['fibers']} split={row['split']}")
         print(f"total {total * 1e3:.1f} ms")
         cpu = time.process_time()
         run(6, args.steps)
-        print(f"step cpu {(time.process_time() - cpu) / args.steps * 1e3:.1f} ms")
+        step_cpu = (time.process_time() - cpu) / args.steps
+        print(f"step cpu {step_cpu * 1e3:.1f} ms")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"kernels": rows, "kernels_cpu_seconds_sum": total,
+                                               "step_cpu_seconds": step_cpu, "steps": args.steps,
+                                               "rounds": args.rounds}, indent=1))
     return 0
 
 

@@ -209,7 +209,8 @@ def mnist_row(workers: int, steps: int, full_epoch: bool) -> dict:
 def kernel_profile(launches: list, rounds: int = 3) -> list[dict]:
     """Where one step's time goes: each recorded launch of the step made again, the CPU time of this thread (the
     one worker) the best of ``rounds``, summed by kernel; largest first. Each kernel's entry also gives its launch
-    shapes (grid, block, dynamic shared memory, CUDA threads in all) and whether it runs on fibers."""
+    shapes (grid, block, dynamic shared memory, CUDA threads in all), whether it runs on fibers and whether it is
+    split at its barriers."""
     best = [float("inf")] * len(launches)
     for _ in range(rounds):
         for i, launch in enumerate(launches):
@@ -220,7 +221,7 @@ def kernel_profile(launches: list, rounds: int = 3) -> list[dict]:
     for launch, seconds in zip(launches, best, strict=True):
         entry = by_name.setdefault(launch.kernel.function, {"kernel": launch.kernel.function, "launches": 0,
                                                             "cpu_seconds": 0.0, "fibers": uses_fibers(launch),
-                                                            "shapes": []})
+                                                            "split": split_at_barriers(launch), "shapes": []})
         entry["launches"] += 1
         entry["cpu_seconds"] += seconds
         shape = {"grid": list(launch.grid), "block": list(launch.block), "shared_mem": int(launch.shared_mem)}
@@ -232,9 +233,16 @@ def kernel_profile(launches: list, rounds: int = 3) -> list[dict]:
 
 def uses_fibers(launch) -> bool | None:
     """Whether the emulator runs the launch's kernel with a fiber per CUDA thread (it uses a barrier or a warp
-    primitive) or as a plain loop over the threads; None where the launch does not say."""
+    primitive and is not split at its barriers) or without (a plain loop over the threads, or one coroutine per
+    thread: split_at_barriers); None where the launch does not say."""
     export = getattr(getattr(launch.kernel, "_raw", None), "export", None)
     return None if export is None else bool(export.uses_sync)
+
+
+def split_at_barriers(launch) -> bool | None:
+    """Whether the emulator runs the launch's kernel split at its barriers (minitorch/emu/split.py)."""
+    export = getattr(getattr(launch.kernel, "_raw", None), "export", None)
+    return None if export is None else bool(export.split)
 
 
 def gpt_row(workers: int, steps: int, name: str, cfg: dict) -> dict:

@@ -93,6 +93,7 @@ def show(results: Path = Path("../benchmarks/results")) -> None:
                    f"| {100 * k['cpu_seconds'] / total:.0f}% |")
             if shaped:
                 shapes = "; ".join(f"{tuple(s['grid'])} × {tuple(s['block'])}" for s in k["shapes"])
-                row += f" {shapes} | {'fibers' if k['fibers'] else 'a plain loop'} |"
+                runs = "split at its barriers" if k.get("split") else "fibers" if k["fibers"] else "a plain loop"
+                row += f" {shapes} | {runs} |"
             rows.append(row)
         display(Markdown("\n".join(rows)))

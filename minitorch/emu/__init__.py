@@ -77,6 +77,10 @@ Settings (environment, or in code):
   limit). Ctrl-C (a Jupyter interrupt) stops a running launch with ``KeyboardInterrupt``.
 - ``MINITORCH_EMU_FIBERS=1``: run every kernel with fibers (if a kernel reaches a barrier through
   code the emulator's source scan did not see).
+- ``MINITORCH_EMU_SPLIT=0``: no kernel split at its barriers. By default a kernel whose only
+  synchronisation is ``__syncthreads()`` in its own body runs each CUDA thread as a C++ coroutine
+  instead of a fiber (``split.py``), outside check mode: same results bit for bit, same barrier
+  diagnostics.
 - ``MINITORCH_EMU_SPECIALIZE=seconds|0`` / ``with emu.specialization(s):``: once a module has spent
   that long in launches (default 2 s), its launches repeated with the same integer arguments (a
   training loop's) run code compiled in the background with those arguments as constants

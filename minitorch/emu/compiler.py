@@ -25,6 +25,7 @@ from pathlib import Path
 
 from . import fastdiv, nancanon
 from .inline_ptx import PtxError, rewrite_inline_ptx
+from .split import coroutines, split_enabled, split_kernels, split_spec_struct
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 INCLUDE_DIR = RUNTIME_DIR / "include"
@@ -125,6 +126,7 @@ def runtime_digest() -> str:
         h.update((Path(__file__).parent / "inline_ptx.py").read_bytes())
         h.update((Path(__file__).parent / "fastdiv.py").read_bytes())
         h.update((Path(__file__).parent / "nancanon.py").read_bytes())
+        h.update((Path(__file__).parent / "split.py").read_bytes())
         _runtime_digest["d"] = h.hexdigest()
     return _runtime_digest["d"]
 
@@ -182,7 +184,9 @@ def build_runtime() -> Path:
             return out
         cxx = compiler()[0]
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [cxx, "-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-pthread", "-U_FORTIFY_SOURCE",
+        # -fcoroutines: emu_rt_split_block resumes the coroutines of split kernels (split.py)
+        coro = ["-fcoroutines"] if coroutines(compiler()[1]) else []
+        cmd = [cxx, "-std=c++17", "-O2", "-g", "-fPIC", "-shared", "-pthread", "-U_FORTIFY_SOURCE", *coro,
                "-fno-stack-protector", *_runtime_defines(), "-I", str(RUNTIME_DIR), str(RUNTIME_DIR / "runtime.cpp"),
                "-o", str(tmp)]
         r = _run(cmd, cache_dir())
@@ -359,6 +363,7 @@ class SourceInfo:
     sync_names: set[str]
     dyn_shared_names: list[str]
     all_sync: bool                 # could not scan everything: every kernel uses fibers
+    split_names: set[str] = field(default_factory=set)  # kernels compiled split at their barriers (split.py)
 
 
 def check_unsupported(src: str, stripped: str, filename: str) -> None:
@@ -459,7 +464,9 @@ def without_scalar_alignment_checks(src: str, stripped: str) -> str:
     return src
 
 
-def scan_source(src: str, filename: str, scalar_alignment_checks: bool = True) -> SourceInfo:
+def scan_source(src: str, filename: str, scalar_alignment_checks: bool = True, split: bool = False) -> SourceInfo:
+    """What the emulator needs to know of a source, and the text to compile. ``split``: kernels whose only
+    synchronisation is ``__syncthreads()`` in their own body are rewritten as coroutines (split.py)."""
     stripped = strip_source(src)
     check_unsupported(src, stripped, filename)
     try:
@@ -470,7 +477,6 @@ def scan_source(src: str, filename: str, scalar_alignment_checks: bool = True) -
     if not scalar_alignment_checks:
         src = without_scalar_alignment_checks(src, stripped)
         stripped = strip_source(src)
-    text, dyn_names = _rewrite_extern_shared(src, stripped)
     globals_ = find_functions(stripped, "__global__")
     devices = find_functions(stripped, "__device__")
     kernels = {f.name: f for f in globals_ if f.extern_c and not f.template}
@@ -491,7 +497,13 @@ def scan_source(src: str, filename: str, scalar_alignment_checks: bool = True) -
                 changed = True
     sync_names = {f.name for f in globals_ if set(re.findall(r"\w+", f.body)) & sync}
     local_includes = re.search(r'^[ \t]*#[ \t]*include[ \t]*"', src, re.M) is not None
-    return SourceInfo(text, kernels, templates, sync_names, dyn_names, local_includes)
+    split_names: set[str] = set()
+    if split and not local_includes:
+        src, split_names = split_kernels(src, stripped, [kernels[n] for n in sorted(sync_names & set(kernels))],
+                                         sync)
+        stripped = strip_source(src)
+    text, dyn_names = _rewrite_extern_shared(src, stripped)
+    return SourceInfo(text, kernels, templates, sync_names, dyn_names, local_includes, split_names)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -503,7 +515,8 @@ class Export:
     name: str          # as the learner asks for it: "fill" or "scale<float>"
     expr: str          # C++ expression of the function: "fill" or "scale<float>"
     base: str          # base function name
-    uses_sync: bool
+    uses_sync: bool    # runs on fibers (a barrier or warp primitive, not split)
+    split: bool = False  # split at its barriers: each thread a coroutine (split.py)
 
 
 @dataclass
@@ -563,7 +576,24 @@ def _readelf_tls(so: Path) -> list[dict]:
         p = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True)
         if p.returncode == 0 and len(p.stdout.splitlines()) == len(names):
             dem = p.stdout.splitlines()
+    dem = [_coroutine_local(d) for d in dem]
     return [{"mangled": n, "name": d, "offset": syms[n][0], "size": syms[n][1]} for n, d in zip(names, dem, strict=True)]
+
+
+def _coroutine_local(name: str) -> str:
+    """A ``__shared__`` variable of a kernel split at its barriers (a static local of the coroutine's body, which
+    c++filt leaves mangled) as ``kernel<instantiation>::variable``, the form of any template kernel's variable."""
+    m = re.match(r"_ZZ(\d+)", name)
+    if not m or ".Frame.actor" not in name:
+        return name
+    fname = name[m.end():m.end() + int(m.group(1))]
+    tail = name[name.index(".Frame.actor") + len(".Frame.actor"):]
+    v = re.match(r"E(\d+)", tail)
+    if not v:
+        return name
+    var = tail[v.end():v.end() + int(v.group(1))]
+    inst = name[m.end() + int(m.group(1)):name.index(".Frame.actor")]
+    return f"{fname}<{inst}>::{var}"
 
 
 def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str, ...] | None,
@@ -572,33 +602,42 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
 
     t0 = time.perf_counter()
     filename = os.path.basename(filename) or "kernel.cu"
-    info = scan_source(src, filename, scalar_alignment_checks=check)
     cxx, version = compiler()
+    fibers_env = os.environ.get("MINITORCH_EMU_FIBERS", "") not in ("", "0")
+    split = not check and not fibers_env and split_enabled(version)
+    info = scan_source(src, filename, scalar_alignment_checks=check, split=split)
     flags = _translate_options(options)
     exprs = list(name_expressions or ())
     key_src = json.dumps({"src": src, "file": filename, "flags": flags, "exprs": exprs, "check": check,
                           "rt": runtime_digest(), "fibers": os.environ.get("MINITORCH_EMU_FIBERS", ""),
-                          "nan": canonical_nan(check),
+                          "nan": canonical_nan(check), "split": split,
                           **({"specs": [list(sp) for sp in specs]} if specs else {})})
     key = hashlib.sha256(key_src.encode()).hexdigest()[:32]
     cdir = cache_dir()
     so = cdir / f"mod-{key}.so"
     meta = cdir / f"mod-{key}.json"
-    force_fibers = info.all_sync or os.environ.get("MINITORCH_EMU_FIBERS", "") not in ("", "0")
+    force_fibers = info.all_sync or fibers_env
 
-    exports: list[Export] = []
-    for name in info.kernels:
-        exports.append(Export(len(exports), name, name, name, force_fibers or name in info.sync_names))
-    for e in exprs:
-        base = re.match(r"\s*(?:::)?([A-Za-z_][\w:]*)", e)
-        b = base.group(1).split("::")[-1] if base else e
-        exports.append(Export(len(exports), _normalize_expr(e), e, b, force_fibers or b in info.sync_names))
+    def make_exports(split_names: set[str]) -> list[Export]:
+        out: list[Export] = []
+        for name in info.kernels:
+            sp = name in split_names
+            out.append(Export(len(out), name, name, name, not sp and (force_fibers or name in info.sync_names), sp))
+        for e in exprs:
+            base = re.match(r"\s*(?:::)?([A-Za-z_][\w:]*)", e)
+            b = base.group(1).split("::")[-1] if base else e
+            sp = b in split_names
+            out.append(Export(len(out), _normalize_expr(e), e, b, not sp and (force_fibers or b in info.sync_names),
+                              sp))
+        return out
+
+    exports = make_exports(info.split_names)
 
     if so.exists() and meta.exists():
         try:
             m = json.loads(meta.read_text())
             kept = set(m["exports"])
-            exports = [ex for ex in exports if ex.name in kept]
+            exports = [ex for ex in make_exports(set(m.get("split", []))) if ex.name in kept]
             return Built(so, exports, m["tls"], check, filename, src, time.perf_counter() - t0, True, specs)
         except (OSError, ValueError, KeyError):
             pass
@@ -625,7 +664,13 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
         line_owner: dict[int, int] = {}
         for ex in exs:
             expr = ex.expr.strip()
-            k = f"__emu_gen::K<&{expr if expr.startswith('::') else '::' + expr}>"
+            expr = expr if expr.startswith("::") else "::" + expr
+
+            def k_of(v: str, expr: str = expr, ex: Export = ex) -> str:
+                # a split kernel is a template over its parameters' constants (split.py)
+                return f"__emu_gen::K<&{expr}<{v}>>" if ex.split else f"__emu_gen::K<&{expr}>"
+
+            k = k_of("__emu_split::id")
             vis = 'extern "C" __attribute__((visibility("default")))'
             for ln in (f"{vis} void __emu_k{ex.index}_run1(void** __emu_a) {{ {k}::run1(__emu_a); }}",
                        f"{vis} void __emu_k{ex.index}_plain(void** __emu_a, EmuCtx* __emu_c, const unsigned* __emu_o)"
@@ -634,7 +679,15 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
                 gen.append(ln)
                 line_owner[len(gen)] = ex.index
             for j, (index, consts) in enumerate(specs):
-                if index == ex.index:
+                if index != ex.index:
+                    continue
+                if ex.split:
+                    c = f"__emu_c{index}s{j}"
+                    gen += [split_spec_struct(c, consts),
+                            f"{vis} void __emu_k{index}s{j}_run1(void** __emu_a) {{ {k_of(c)}::run1(__emu_a); }}",
+                            f"{vis} void __emu_k{index}s{j}_plain(void** __emu_a, EmuCtx* __emu_c, "
+                            f"const unsigned* __emu_o) {{ {k_of(c)}::plain(__emu_a, __emu_c, __emu_o); }}"]
+                else:
                     gen += _spec_thunks(k, index, j, consts, vis)
         (build / "__emu_tu.cpp").write_text("\n".join(gen) + "\n")
         if check:
@@ -649,12 +702,20 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
         # Compiled, then linked without -fsanitize: the runtime provides the sanitizer hooks, and the
         # driver would otherwise link libubsan / libtsan. Link order = TLS order: red zone, the
         # learner's __shared__ variables, red zone.
-        r = _compile_object([*base_flags, *tsan], build, canonical_nan(check))
+        coro = ["-fcoroutines"] if any(ex.split for ex in exs) else []
+        r = _compile_object([*base_flags, *coro, *tsan], build, canonical_nan(check))
         if r.returncode == 0:
             r = _run([cxx, "-shared", "-Wl,-Bsymbolic", pad_lo, "mod.o", pad_hi, "-o", str(tmp)], build)
         return r, line_owner
 
     r, owner = compile_with(exports)
+    if r.returncode != 0 and info.split_names:
+        # The split rewrite must never be the reason a kernel does not compile: without it, the learner
+        # sees the compiler's own messages about their own code (if there are any).
+        info = scan_source(src, filename, scalar_alignment_checks=check, split=False)
+        (build / filename).write_text(info.text)
+        exports = make_exports(set())
+        r, owner = compile_with(exports)
     if r.returncode != 0:
         log = r.stdout + r.stderr
         bad_lines = {int(m.group(1)) for m in re.finditer(r"^__emu_tu\.cpp:(\d+):\d+: error", log, re.M)}
@@ -676,7 +737,8 @@ def build_module(src: str, options: tuple[str, ...], name_expressions: tuple[str
     # metadata first, then the module, each renamed into place: a process that sees the module sees
     # complete metadata (two processes compiling the same source at once both write the same bytes)
     meta_tmp = build / "meta.json"
-    meta_tmp.write_text(json.dumps({"tls": tls, "file": filename, "exports": [ex.name for ex in exports]}))
+    meta_tmp.write_text(json.dumps({"tls": tls, "file": filename, "exports": [ex.name for ex in exports],
+                                    "split": sorted({ex.base for ex in exports if ex.split})}))
     os.replace(meta_tmp, meta)
     os.replace(tmp, so)
     shutil.rmtree(build, ignore_errors=True)

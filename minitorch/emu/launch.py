@@ -566,7 +566,9 @@ class Kernel:
         t = rt.EmuLaunch()
         t.run1, t.plain, _ = loaded.entries[self.export.index]
         t.bind = loaded.bind
-        t.use_fibers = 1 if self.export.uses_sync else 0
+        # this variant's own export: a kernel split at its barriers in normal mode keeps its fibers in check mode
+        ex = next((e for e in loaded.built.exports if e.index == self.export.index), self.export)
+        t.use_fibers = 1 if ex.uses_sync else 0
         t.check = 1 if check else 0
         t.n_static = len(loaded.shared_vars)
         t.static_off = ctypes.cast(loaded.static_off, ctypes.POINTER(ctypes.c_longlong))

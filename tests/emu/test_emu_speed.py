@@ -104,8 +104,8 @@ def test_benchmark_kernels_run_and_verify_at_tiny_sizes(bench: ModuleType) -> No
 def test_kernel_profile_names_launch_shapes_and_fibers(bench: ModuleType, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The MNIST row's per-kernel breakdown: CPU time by kernel, each kernel's launch shapes (grid, block,
-    dynamic shared memory, threads in all) and whether it runs on fibers (the tiled kernel synchronises, the
-    elementwise one does not)."""
+    dynamic shared memory, threads in all) and whether it runs on fibers or split at its barriers (the tiled
+    kernel synchronises with __syncthreads() alone: split; the elementwise one does not synchronise)."""
     import minitorch
     from minitorch import kernels
 
@@ -120,7 +120,8 @@ def test_kernel_profile_names_launch_shapes_and_fibers(bench: ModuleType, tmp_pa
         scale((8,), (128,), (x, np.int32(1001)))
         scale((4,), (256,), (x, np.int32(1001)))
     rows = {r["kernel"]: r for r in bench.kernel_profile(launches, rounds=1)}
-    assert rows["mm"]["fibers"] is True and rows["scale"]["fibers"] is False
+    assert rows["mm"]["fibers"] is False and rows["mm"]["split"] is True  # a coroutine per thread (split.py)
+    assert rows["scale"]["fibers"] is False and rows["scale"]["split"] is False
     assert rows["mm"]["launches"] == 1 and rows["scale"]["launches"] == 2
     assert rows["mm"]["shapes"] == [{"grid": [3, 3], "block": [8, 8], "shared_mem": 0, "threads": 576}]
     assert [s["threads"] for s in rows["scale"]["shapes"]] == [1024, 1024]

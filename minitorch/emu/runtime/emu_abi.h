@@ -3,6 +3,7 @@
 // Python mirrors EmuLaunch / EmuResult / EmuFinding with ctypes in launch.py: keep them in sync.
 #pragma once
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct uint3 {
@@ -27,6 +28,12 @@ struct EmuCtx {
   unsigned int tid_linear;
   unsigned int nthreads;
   void* worker;           // runtime-private
+  // Kernels split at their barriers (compiler.py: each CUDA thread a C++ coroutine): the frames'
+  // bump allocator for the block, and where the thread that just suspended waits.
+  char* co_next;
+  char* co_end;
+  const char* co_file;
+  int co_line;
 };
 
 typedef void (*EmuRun1)(void** args);
@@ -154,6 +161,11 @@ void* emu_rt_shared_ptr(EmuCtx* c, unsigned int addr, unsigned int n, unsigned i
 void emu_rt_cp_async(EmuCtx* c, unsigned int dst, const void* data, unsigned int n, const char* file, int line);
 void emu_rt_cp_async_commit(EmuCtx* c);
 void emu_rt_cp_async_wait(EmuCtx* c, int keep, const char* file, int line);
+// Kernels split at their barriers: start(data) makes the current thread's coroutine and runs it to its
+// first barrier (or its end), returning its handle's address; the runtime resumes the threads as the
+// fibers would run them. emu_rt_split_alloc: a frame that does not fit in the block's arena.
+void emu_rt_split_block(EmuCtx* c, void* (*start)(void* data), void* data);
+void* emu_rt_split_alloc(EmuCtx* c, size_t n);
 #ifdef __cplusplus
 }
 #endif

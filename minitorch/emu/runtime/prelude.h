@@ -21,6 +21,9 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#if defined(__cpp_impl_coroutine)
+#include <coroutine>
+#endif
 
 #include "emu_abi.h"
 
@@ -151,6 +154,50 @@ static inline unsigned __lanemask_lt() { return (1u << (__emu_w->tid_linear % 32
 #define __shfl_up(...) static_assert(false, "__shfl_up() was removed in CUDA 9: use __shfl_up_sync(0xffffffff, ...)")
 #define __shfl_xor(...) static_assert(false, "__shfl_xor() was removed in CUDA 9: use __shfl_xor_sync(0xffffffff, ...)")
 #define __ballot(...) static_assert(false, "__ballot() was removed in CUDA 9: use __ballot_sync(0xffffffff, ...)")
+
+// ---- kernels split at their barriers (compiler.py rewrites such a kernel on its own lines) --------
+// Each CUDA thread is a coroutine whose frame comes from the block's arena (emu_rt_split_block frees
+// them all at once); each __syncthreads() of the kernel's body is `co_await __emu_split::barrier{...}`.
+#if defined(__cpp_impl_coroutine)
+namespace __emu_split {
+struct task {
+  struct promise_type {
+    task get_return_object() noexcept { return task{std::coroutine_handle<promise_type>::from_promise(*this)}; }
+    std::suspend_never initial_suspend() noexcept { return {}; }
+    std::suspend_always final_suspend() noexcept { return {}; }
+    void return_void() noexcept {}
+    void unhandled_exception() noexcept { __builtin_trap(); }
+    static void* operator new(size_t n) {
+      EmuCtx* c = __emu_w;
+      n = (n + 15) & ~(size_t)15;
+      char* p = c->co_next;
+      if ((size_t)(c->co_end - p) < n) return emu_rt_split_alloc(c, n);
+      c->co_next = p + n;
+      return p;
+    }
+    static void operator delete(void*) noexcept {}
+  };
+  std::coroutine_handle<promise_type> h;
+};
+struct barrier {
+  const char* file;
+  int line;
+  bool await_ready() const noexcept { return false; }
+  void await_suspend(std::coroutine_handle<>) const noexcept {
+    __emu_w->co_file = file;
+    __emu_w->co_line = line;
+  }
+  void await_resume() const noexcept {}
+};
+// The kernel's integer parameters: as passed (id), or constants of a specialisation (specialize.py).
+struct id {
+  template <size_t I>
+  static constexpr bool has() { return false; }
+  template <size_t I, class T>
+  static constexpr T val() { return T(); }
+};
+}  // namespace __emu_split
+#endif
 
 static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
@@ -352,6 +399,32 @@ struct K<F, void (*)(A...)> {
     return s.c_str();
   }
 };
+#if defined(__cpp_impl_coroutine)
+// A kernel split at its barriers: the runtime starts and resumes one coroutine per thread.
+template <auto F, class... A>
+struct K<F, __emu_split::task (*)(A...)> {
+  static void run1(void** a) {
+    (void)a;
+    emu_rt_trap(__emu_w, "internal: a kernel split at its barriers was run on fibers", "", 0);
+  }
+  template <size_t... I>
+  static void* start_(void* d, std::index_sequence<I...>) {
+    std::tuple<A...>& t = *(std::tuple<A...>*)d;
+    return F(std::get<I>(t)...).h.address();
+  }
+  static void* start(void* d) { return start_(d, std::index_sequence_for<A...>{}); }
+  template <size_t... I>
+  static void plain_(void** a, EmuCtx* c, std::index_sequence<I...>) {
+    std::tuple<A...> t(arg<A>(a[I])...);
+    emu_rt_split_block(c, &start, &t);
+  }
+  static void plain(void** a, EmuCtx* c, const unsigned* order) {
+    (void)order;  // the runtime follows the schedule itself
+    plain_(a, c, std::index_sequence_for<A...>{});
+  }
+  static const char* desc() { return K<F, void (*)(A...)>::desc(); }
+};
+#endif
 }  // namespace __emu_gen
 #pragma pop_macro("threadIdx")
 #pragma pop_macro("blockIdx")

@@ -26,6 +26,9 @@
 #include <string>
 #include <thread>
 #include <vector>
+#if defined(__cpp_impl_coroutine)
+#include <coroutine>
+#endif
 
 #define EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -277,6 +280,12 @@ struct Worker {
   std::vector<std::pair<GShadow*, size_t>> gsh_spare;  // small shadows kept (zeroed) for the next launches
   int saw_fence = 0;
   GPending pend;
+  // kernels split at their barriers (emu_rt_split_block): coroutine frames, one per CUDA thread
+  std::vector<void*> co_h;
+  std::vector<char*> co_chunks;   // the frames' arena: chunks never move, reused block after block
+  std::vector<size_t> co_sizes;
+  size_t co_chunk = 0;
+  bool co_ready = false;          // fibers[i].tid set for this launch
 };
 
 static thread_local Worker* tls_worker = nullptr;
@@ -562,13 +571,9 @@ static void plain_main(Worker* w) {
   to_scheduler(w);
 }
 
-EXPORT int emu_rt_barrier(EmuCtx* c, int kind, int pred, const char* file, int line) {
-  Worker* w = (Worker*)c->worker;
-  InRuntime guard(w);
-  if (!w->fibers_mode)
-    fail(w, EMU_ERR_INTERNAL, file, line,
-         "internal: __syncthreads() in a kernel that the emulator ran without fibers");
-  unsigned cur = c->tid_linear;
+// Thread cur arrives at the barrier of (file, line): the checks of a divergent barrier, then it waits.
+// True when it was the last live thread to arrive (the caller releases the barrier).
+static bool arrive_at_barrier(Worker* w, unsigned cur, int pred, const char* file, int line) {
   Fiber& f = w->fibers[cur];
   f.nbar++;
   f.bar_line = line;
@@ -596,7 +601,18 @@ EXPORT int emu_rt_barrier(EmuCtx* c, int kind, int pred, const char* file, int l
   }
   f.state = F_BAR;
   w->arrived++;
-  if (w->arrived == w->live) {
+  return w->arrived == w->live;
+}
+
+EXPORT int emu_rt_barrier(EmuCtx* c, int kind, int pred, const char* file, int line) {
+  Worker* w = (Worker*)c->worker;
+  InRuntime guard(w);
+  if (!w->fibers_mode)
+    fail(w, EMU_ERR_INTERNAL, file, line,
+         "internal: __syncthreads() in a kernel that the emulator ran without fibers");
+  unsigned cur = c->tid_linear;
+  Fiber& f = w->fibers[cur];
+  if (arrive_at_barrier(w, cur, pred, file, line)) {
     check_exited_at_release(w);
     release_barrier(w);
   } else {
@@ -607,6 +623,120 @@ EXPORT int emu_rt_barrier(EmuCtx* c, int kind, int pred, const char* file, int l
   if (kind == 2) return f.pred & 1;
   if (kind == 3) return (f.pred >> 1) & 1;
   return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernels split at their barriers. compiler.py compiles a kernel whose only synchronisation is
+// __syncthreads() in its own body as a C++ coroutine: each barrier a co_await, so a CUDA thread is
+// a small heap frame instead of a fiber with its own stack, and moving from one thread to the next
+// is a return and a call instead of a context switch. The threads are run exactly as the fibers
+// would run them (same order, same barrier bookkeeping and diagnostics: the code above), on the
+// plain-mode stack. Check mode always uses the fibers.
+// ---------------------------------------------------------------------------------------------
+static const size_t CO_CHUNK = 1u << 20;
+
+static void split_new_chunk(Worker* w, size_t n) {
+  size_t size = n > CO_CHUNK ? n : CO_CHUNK;
+  char* p = (char*)aligned_alloc(64, (size + 63) / 64 * 64);
+  if (!p) fail(w, EMU_ERR_INTERNAL, nullptr, 0, "internal: out of memory for the threads' frames");
+  w->co_chunks.push_back(p);
+  w->co_sizes.push_back(size);
+}
+
+// Frees the chunks past the first (a launch with large frames does not keep its memory).
+static void split_trim(Worker* w) {
+  for (size_t i = 1; i < w->co_chunks.size(); i++) free(w->co_chunks[i]);
+  if (w->co_chunks.size() > 1) {
+    w->co_chunks.resize(1);
+    w->co_sizes.resize(1);
+  }
+}
+
+EXPORT void* emu_rt_split_alloc(EmuCtx* c, size_t n) {
+  Worker* w = (Worker*)c->worker;
+  size_t k = w->co_chunk + 1;  // the next chunk that holds n bytes (a frame never straddles two)
+  while (k < w->co_chunks.size() && w->co_sizes[k] < n) k++;
+  if (k >= w->co_chunks.size()) {
+    split_new_chunk(w, n);
+    k = w->co_chunks.size() - 1;
+  }
+  w->co_chunk = k;
+  char* p = w->co_chunks[k];
+  c->co_next = p + n;
+  c->co_end = p + w->co_sizes[k];
+  return p;
+}
+
+// The runnable thread after cur in schedule order (run_next's choice); fails with its deadlock report.
+static unsigned split_next(Worker* w, unsigned cur) {
+  unsigned n = w->nthreads, p = w->pos[cur];
+  for (unsigned k = 1; k <= n; k++) {
+    unsigned q = p + k;
+    if (q >= n) q -= n;
+    unsigned i = w->ord[q];
+    if (w->fibers[i].state == F_RUN) return i;
+  }
+  char buf[1024];
+  describe_waiters(w, buf, sizeof buf);
+  fail(w, EMU_ERR_BARRIER, nullptr, 0,
+       "deadlock: no thread of the block can continue (%s). Threads that wait at different barriers or "
+       "warp primitives never meet: every thread of the block must reach the same __syncthreads(), and "
+       "every lane named in a warp primitive's mask must reach it.", buf);
+}
+
+EXPORT void emu_rt_split_block(EmuCtx* c, void* (*start)(void* data), void* data) {
+  Worker* w = (Worker*)c->worker;
+#if defined(__cpp_impl_coroutine)
+  unsigned n = w->nthreads;
+  if (!w->co_ready) {  // once a launch, as for the fibers
+    w->co_ready = true;
+    split_trim(w);
+    unsigned bx = w->L->block[0], by = w->L->block[1];
+    w->fibers.resize(n);
+    for (unsigned i = 0; i < n; i++) w->fibers[i].tid = uint3{i % bx, (i / bx) % by, i / (bx * by)};
+    w->co_h.resize(n);
+  }
+  if (w->co_chunks.empty()) split_new_chunk(w, CO_CHUNK);
+  w->co_chunk = 0;
+  c->co_next = w->co_chunks[0];
+  c->co_end = w->co_chunks[0] + w->co_sizes[0];
+  for (unsigned i = 0; i < n; i++) {
+    w->fibers[i].state = F_RUN;
+    w->fibers[i].nbar = 0;
+    w->co_h[i] = nullptr;
+  }
+  w->live = n;
+  w->arrived = 0;
+  unsigned cur = w->ord[0];
+  for (;;) {
+    set_cur(w, cur);
+    void*& h = w->co_h[cur];
+    if (!h) {
+      h = start(data);  // runs the thread up to its first barrier
+    } else {
+      std::coroutine_handle<>::from_address(h).resume();
+    }
+    if (std::coroutine_handle<>::from_address(h).done()) {
+      w->fibers[cur].state = F_DONE;
+      w->live--;
+      if (w->arrived && w->arrived == w->live) {
+        check_exited_at_release(w);
+        release_barrier(w);
+      }
+      if (w->live == 0) break;
+    } else if (arrive_at_barrier(w, cur, 0, c->co_file, c->co_line)) {
+      check_exited_at_release(w);
+      release_barrier(w);
+      continue;  // the last thread to arrive goes on first, as with the fibers
+    }
+    cur = split_next(w, cur);
+  }
+  for (unsigned i = 0; i < n; i++) std::coroutine_handle<>::from_address(w->co_h[i]).destroy();
+#else
+  (void)start;
+  (void)data;
+  fail(w, EMU_ERR_INTERNAL, nullptr, 0, "internal: a split kernel, but the runtime was built without coroutines");
+#endif
 }
 
 static unsigned long long warp_value(Worker* w, unsigned warp, unsigned lane, unsigned src, unsigned members) {
@@ -1545,6 +1675,7 @@ static void worker_loop(Worker* w, const EmuLaunch* L, Shared* S) {
   w->nthreads = L->block[0] * L->block[1] * L->block[2];
   w->ctx.nthreads = w->nthreads;
   w->fibers_mode = L->use_fibers != 0;
+  w->co_ready = false;
   w->warn_early_return = 0;
   w->out.clear();
   // module TLS: where this thread's static __shared__ variables live
