@@ -15,7 +15,9 @@ This script times the same launcher every way between the two, so that the diffe
   (before and after the judge maps it by IPC handle), one native buffer reused; each eager (events around the
   launches), as one captured graph (events, and the host clock around replay + synchronize: what the judge's clock
   sees), and cupy.sum over the same memory;
-- ``isolated``: the grader's own path (learner_process.time_replayed), its rounds, and the round trip of a request.
+- ``isolated_*``: the grader's own path (learner_process.time_replayed), its rounds, and the round trip of a request,
+  with the sets in the judge's memory (mapped by the learner process) and in the learner process's (mapped by the
+  judge: learner_process.TIMING_MEMORY_ENV).
 
 Writes ``benchmarks/results/isolated_sum_timing-<gpu>.json``. Needs an NVIDIA GPU with about 50 GB free.
 """
@@ -352,7 +354,10 @@ def main() -> None:
     kid.close()
     cupy.get_default_memory_pool().free_all_blocks()
 
-    def isolated() -> dict:
+    def isolated(memory: str) -> dict:
+        """The grader's own timing (learner_process.time_replayed), the sets in the judge's memory (mapped by the
+        learner process) or in the learner process's (mapped by the judge): learner_process.TIMING_MEMORY_ENV."""
+        os.environ[learner_process.TIMING_MEMORY_ENV] = memory
         learner_process.install()
         try:
             proxy = kernels.load_module("reduce.py")
@@ -365,12 +370,15 @@ def main() -> None:
             timing = dict(learner_process.last_timing)
         finally:
             learner_process.uninstall()
+            os.environ.pop(learner_process.TIMING_MEMORY_ENV, None)
         reps = int(timing["reps"])
-        return {"seconds_us": us(seconds), "reps": reps, "graph": timing.get("graph"),
+        return {"seconds_us": us(seconds), "reps": reps, "graph": timing.get("graph"), "memory": timing.get("memory"),
                 "rounds_ms": [1e3 * r for r in timing["rounds"]], "once_ms": 1e3 * timing["once"],
                 "warm_up_ms": 1e3 * timing["warm_up"], "round_trip_ms": [1e3 * t for t in trips]}
 
-    step("isolated", isolated)
+    step("isolated_sets_in_judge_memory", lambda: isolated("judge"))
+    cupy.get_default_memory_pool().free_all_blocks()
+    step("isolated_sets_in_learner_memory", lambda: isolated("learner"))
     device = gpu_name()
     write_results("isolated_sum_timing", device, [found], path=args.json, sets=sets,
                   note="microseconds per sum of 2^26 float32 (256 MiB); see benchmarks/isolated_sum_timing.py")
