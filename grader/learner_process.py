@@ -1377,13 +1377,18 @@ def _time_rounds(log: list, found: dict[int, Any], *, what: str, reps: int, warm
     then the check of some sets made again."""
     import random
 
+    place = {key: k for k, key in enumerate(found)}
+
     def prestate(r: int, i: int, key: int) -> Any:
         """Set `i`'s array `key` before round `r`'s calls: the arrays the calls only read made new (_fresh_contents),
-        those they write as the warm-up left them."""
+        those they write as the warm-up left them. Each array of a set is made new its own way: two arrays the
+        warm-up left equal (a copy's input and output) are not equal in a set, or a copy that skipped its timed calls
+        would leave the right output behind (the replays that find which arrays are written are the learner's too)."""
         a = warm[key]
         if key in written:
             return _device_copy(a)
-        return _fresh_contents(a, r * reps + i + 1, reps * (REPLAY_ROUNDS + 1))
+        return _fresh_contents(a, (r * reps + i) * len(found) + place[key] + 1,
+                               reps * (REPLAY_ROUNDS + 1) * len(found))
 
     def fill(r: int, sets: list[dict[int, Any]], indices: list[int]) -> None:
         for i, subst in zip(indices, sets, strict=True):
