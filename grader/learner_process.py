@@ -12,7 +12,8 @@ the results:
   outputs in place). One array passed twice arrives as one array. On a GPU they travel by CUDA IPC
   handle (the allocation holding the array, the array's offset there): the learner process maps the
   judge's memory for the request, its kernels write the judge's arrays in place, and it closes the
-  mappings before it replies. NumPy arrays, NumPy scalars (their dtype kept), numbers, strings,
+  mappings before it replies (a performance timing's fresh sets go the other way: they are the learner
+  process's own memory, which the judge maps: :func:`time_replayed`). NumPy arrays, NumPy scalars (their dtype kept), numbers, strings,
   tuples, lists and dicts of them travel as they are;
 - nothing the learner process sends is unpickled or executed: replies are a JSON header and raw
   bytes, decoded into those types only;
@@ -560,11 +561,17 @@ def _staged_copy(a: Any) -> Any:
     return copy
 
 
-# The sets of a timing (time_replayed) in the learner process's own memory: on an H100 a kernel streaming through
-# memory that the learner process mapped by IPC handle ran at two thirds of its speed on the same kernel's own memory
-# (benchmarks/results/isolated_sum_timing-*.json), so the judge asks the learner process for the sets' memory, maps
-# it by IPC handle itself, writes each round's inputs through that mapping, and copies out what it checks.
-TIMING_MEMORY_ENV = "GRADER_TIMING_MEMORY"  # "judge": the sets in the judge's memory (as before), mapped by the learner
+# The sets of a timing (time_replayed) live in the learner process's own memory. On an H100 (2026-11-27,
+# benchmarks/results/isolated_sum_timing-*.json) Phase 4's sum of 256 MiB took 128 us a set in a second process reading
+# the judge's arena of 86 sets (one cudaMalloc, each array 512-byte aligned) through its CUDA IPC mapping, cupy.sum
+# 122 us, where both took 90-93 us on the same layout in the judge's own process, on that arena laid out with every set
+# 2 MiB apart, on one IPC-mapped allocation, and on an arena of the second process's own (while the judge had it mapped
+# and wrote it too): reading an imported mapping at offsets not aligned to 2 MiB is what was slow, in the importing
+# process only. So the judge asks the learner process for the sets' memory, maps it by IPC handle itself, writes each
+# round's inputs through that mapping (untimed), and copies out the sets it checks; the learner's timed kernels read
+# and write their own process's memory, as the calls the performance bars were calibrated on did. The grader's timing
+# of that sum went from 139.9 us (sets in the judge's memory) to 99.2 us (in the learner process's).
+TIMING_MEMORY_ENV = "GRADER_TIMING_MEMORY"  # "judge": the sets in the judge's memory, mapped by the learner (before)
 _arena: Any = None  # learner process: the current timing's sets (cudaMalloc), mapped by the judge
 _arena_range: tuple[int, int] | None = None  # judge: (address, size) of its mapping of the learner process's arena
 
@@ -659,7 +666,9 @@ class _LearnerArena:
 
 
 def _timing_memory() -> str:
-    return "learner" if os.environ.get(TIMING_MEMORY_ENV) == "learner" else "judge"
+    """Where a timing's sets live on a GPU: "learner" (the default), or "judge" (TIMING_MEMORY_ENV: how the two were
+    compared, benchmarks/isolated_sum_timing.py)."""
+    return "judge" if os.environ.get(TIMING_MEMORY_ENV) == "judge" else "learner"
 
 
 def _mapped_array(slot: dict) -> Any:
@@ -1282,15 +1291,18 @@ def time_replayed(fn: Any, *, what: str, reps: int = 200) -> float | None:
       the round (_fresh_contents: 32- and 64-bit floats scaled, 16-bit floats rotated, others copied), those they
       write start as the warm-up left them. A launcher that keeps a first result, or skips work it saw before,
       leaves results that belong to other inputs;
-    - on a GPU the sets are pieces of one allocation, mapped by the learner process in the untimed round (its
-      first touches of that memory are not timed) and closed after the last timed round; after the untimed round
-      the learner process captures the calls into one graph (_capture_steps), which each timed round replays:
-      the figure is the device's work, as the reference's (checks.time_cuda hides the host's overhead), not the
-      Python of the learner's launchers between kernels; the judge writes each
-      round's contents while the learner process is stopped (SIGSTOP), so no thread of it can start on them
-      before the judge's clock does. What this leaves open: work the learner's code left running on the GPU
-      itself (a kernel spinning on the mapped sets, launched before the stop) could start on a round's inputs
-      during the judge's write;
+    - on a GPU the sets are pieces of one allocation of the learner process's own (_LearnerArena: asked for by the
+      judge, which maps it by its IPC handle and writes every round's contents through that mapping; the learner's
+      kernels streaming through an imported mapping ran at two thirds of their speed, TIMING_MEMORY_ENV says
+      where that was measured), first touched in the untimed round; after the untimed round the learner process
+      captures the calls into one graph (_capture_steps), which each timed round replays: the figure is the
+      device's work, as the reference's (checks.time_cuda hides the host's overhead), not the Python of the
+      learner's launchers between kernels; the judge writes each round's contents while the learner process is
+      stopped (SIGSTOP), so no thread of it can start on them before the judge's clock does, and copies out the
+      sets it will check, the process stopped again, right after the last timed round (the memory is the learner
+      process's: its code could rewrite a timed set's outputs in any later call). What this leaves open: work the
+      learner's code left running on the GPU itself (a kernel spinning on the sets, launched before the stop)
+      could start on a round's inputs during the judge's write;
     - after the timing, some sets (the first, the last and two the judge draws at random) are made again and
       their calls made untimed, one plain request each (as the value checks make them): every array must come
       out as in the timed request (close, for kernels with atomics), or the check fails naming the call
@@ -1397,10 +1409,10 @@ def _time_rounds(log: list, found: dict[int, Any], *, what: str, reps: int, warm
 
     ipc = _judge_uses_ipc()
     sets = _fresh_sets(found, reps, None if arena is None else arena.memory)
-    # Round 0, untimed: the sets mapped (on a GPU) and the calls run once on each, so that a timed round pays no
-    # first touch of fresh memory; then each round's contents are new (the judge writes them), and timed.
-    # On a GPU the learner process keeps the calls it decoded in the untimed round (their arrays are the mapped
-    # sets, which the judge rewrites): a timed request carries no arguments to decode, only the word to run them.
+    # Round 0, untimed: the calls run once on each set, so that a timed round pays no first touch of fresh memory;
+    # then each round's contents are new (the judge writes them), and timed. On a GPU the learner process keeps the
+    # calls it decoded in the untimed round (their arrays are the sets, which the judge rewrites): a timed request
+    # carries no arguments to decode, only the word to run them.
     fill(0, sets, list(range(reps)))
     warm_up = _replay(log, sets, what=f"{what} x {reps} (untimed)", keep_mapped=ipc, prepare=ipc)
     as_graph = ipc and isinstance(last_replay_answer, dict) and bool(last_replay_answer.get("graph"))
