@@ -266,6 +266,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sets", type=int, default=86, help="fresh sets (the grade's run had 86)")
     parser.add_argument("--json", default=None, help="where to write the results (default benchmarks/results/)")
+    parser.add_argument("--only", choices=["layout"], help="layout: only the IPC arena's layouts (which property of it "
+                        "the importing process pays for)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -293,20 +295,26 @@ def main() -> None:
     x = cupy.random.RandomState(0).standard_normal(N, dtype=np.float32)
     out = cupy.empty(1, np.float32)
     us = lambda s: None if s is None else 1e6 * s  # noqa: E731
-    step("judge_facts", kernel_facts)
-    step("judge_single_time_cuda_us", lambda: us(checks.time_cuda(lambda: red.sum(x, out, variant="warp"))))
-    step("judge_arena_sets_us", lambda: us(checks.time_reference_over_sets(
-        lambda: red.sum(x, out, variant="warp"), sets)[0]))
-    step("judge_arena_cupy_sum_us", lambda: us(checks.time_reference_over_sets(lambda: cupy.sum(x), sets)[0]))
-    step("judge_single_cupy_sum_us", lambda: us(checks.time_cuda(lambda: cupy.sum(x))))
-    cupy.get_default_memory_pool().free_all_blocks()
+    if args.only is None:
+        step("judge_facts", kernel_facts)
+        step("judge_single_time_cuda_us", lambda: us(checks.time_cuda(lambda: red.sum(x, out, variant="warp"))))
+        step("judge_arena_sets_us", lambda: us(checks.time_reference_over_sets(
+            lambda: red.sum(x, out, variant="warp"), sets)[0]))
+        step("judge_arena_cupy_sum_us", lambda: us(checks.time_reference_over_sets(lambda: cupy.sum(x), sets)[0]))
+        step("judge_single_cupy_sum_us", lambda: us(checks.time_cuda(lambda: cupy.sum(x))))
+        cupy.get_default_memory_pool().free_all_blocks()
 
     kid = Child()
     step("child_facts", lambda: kid.ask({"op": "facts"}))
 
-    def ipc_arena(align: int) -> dict:
+    def ipc_arena(align: int, size: str = "exact") -> dict:
+        """The judge's arena of `sets` sets `align` bytes apart, mapped by the child; `size` "exact" (the sets' bytes),
+        "2mib" (rounded up to a multiple of 2 MiB) or "+512" (512 bytes more): which of the layout's properties the
+        importing process pays for, the sets' offsets or the allocation's size."""
         lay = layout(sets, align)
-        arena = cupy.empty(lay["sets"] * lay["step"], np.uint8)
+        nbytes = lay["sets"] * lay["step"]
+        nbytes = {"exact": nbytes, "2mib": -(-nbytes // (2 * MIB)) * 2 * MIB, "+512": nbytes + 512}[size]
+        arena = cupy.empty(nbytes, np.uint8)
         try:
             for v, _ in views_at(int(arena.data.ptr), lay, arena):
                 cupy.copyto(v, x)
@@ -348,6 +356,15 @@ def main() -> None:
 
     step("child_ipc_arena", lambda: ipc_arena(512))
     step("child_ipc_arena_2mib_apart", lambda: ipc_arena(2 * MIB))
+    if args.only == "layout":
+        step("child_ipc_arena_512_apart_size_2mib_multiple", lambda: ipc_arena(512, "2mib"))
+        step("child_ipc_arena_2mib_apart_size_plus_512", lambda: ipc_arena(2 * MIB, "+512"))
+        step("child_ipc_arena_64kib_apart", lambda: ipc_arena(64 << 10))
+        step("child_ipc_arena_4kib_apart", lambda: ipc_arena(4 << 10))
+        kid.close()
+        write_results("isolated_sum_layout", gpu_name(), [found], path=args.json, sets=sets,
+                      note="microseconds per sum of 2^26 float32 (256 MiB); see benchmarks/isolated_sum_timing.py")
+        return
     step("child_ipc_single_allocation", ipc_single)
     step("child_native_arena", native_mapped_by_judge)
     step("child_native_single", lambda: kid.ask({"op": "time_single_native", "sets": sets}))
