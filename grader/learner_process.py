@@ -562,15 +562,17 @@ def _staged_copy(a: Any) -> Any:
 
 
 # The sets of a timing (time_replayed) live in the learner process's own memory. On an H100 (2026-11-27,
-# benchmarks/results/isolated_sum_timing-*.json) Phase 4's sum of 256 MiB took 128 us a set in a second process reading
-# the judge's arena of 86 sets (one cudaMalloc, each array 512-byte aligned) through its CUDA IPC mapping, cupy.sum
-# 122 us, where both took 90-93 us on the same layout in the judge's own process, on that arena laid out with every set
-# 2 MiB apart, on one IPC-mapped allocation, and on an arena of the second process's own (while the judge had it mapped
-# and wrote it too): reading an imported mapping at offsets not aligned to 2 MiB is what was slow, in the importing
-# process only. So the judge asks the learner process for the sets' memory, maps it by IPC handle itself, writes each
-# round's inputs through that mapping (untimed), and copies out the sets it checks; the learner's timed kernels read
-# and write their own process's memory, as the calls the performance bars were calibrated on did. The grader's timing
-# of that sum went from 139.9 us (sets in the judge's memory) to 99.2 us (in the learner process's).
+# benchmarks/results/isolated_sum_timing-*.json, isolated_sum_layout-*.json) Phase 4's sum of 256 MiB took 128 us a
+# set in a second process reading the judge's arena of 86 sets (one cudaMalloc of 23,085,493,248 bytes) through its
+# CUDA IPC mapping, cupy.sum 122 us, where both took 90-93 us on that arena in the judge's own process, and in the
+# second process on the same arena rounded up to a whole number of 2 MiB, on one IPC-mapped allocation of 256 MiB +
+# 512 B, and on an arena of its own (while the judge had it mapped and wrote it too); sets 4 KiB, 64 KiB or 2 MiB
+# apart were as slow as 512 B apart whenever the arena's size was not a multiple of 2 MiB: what was slow is an
+# importing process reading a large imported allocation of such a size. So the judge asks the learner process for the
+# sets' memory, maps it by IPC handle itself, writes each round's inputs through that mapping (untimed), and copies
+# out the sets it checks; the learner's timed kernels read and write their own process's memory, as the calls the
+# performance bars were calibrated on did; and every arena is a whole number of 2 MiB (_arena_nbytes), whichever
+# process imports it. The grader's timing of that sum went from 139.9 us (sets in the judge's memory) to 99.2 us.
 TIMING_MEMORY_ENV = "GRADER_TIMING_MEMORY"  # "judge": the sets in the judge's memory, mapped by the learner (before)
 _arena: Any = None  # learner process: the current timing's sets (cudaMalloc), mapped by the judge
 _arena_range: tuple[int, int] | None = None  # judge: (address, size) of its mapping of the learner process's arena
@@ -1373,7 +1375,7 @@ def _time_sets(log: list, found: dict[int, Any], *, what: str, reps: int) -> flo
     reps = max(2, min(reps, int(_replay_budget() // nbytes) - 3, int(REPLAY_SECONDS / max(once, 1e-6))))
 
     ipc = _judge_uses_ipc()
-    arena = _LearnerArena(_sets_nbytes(found, reps)) if ipc and _timing_memory() == "learner" else None
+    arena = _LearnerArena(_arena_nbytes(found, reps)) if ipc and _timing_memory() == "learner" else None
     try:
         return _time_rounds(log, found, what=what, reps=reps, warm=warm, written=written, once=once, arena=arena)
     finally:
@@ -1528,9 +1530,19 @@ def _set_steps(found: dict[int, Any]) -> dict[int, int]:
     return {key: -(-int(a.nbytes) // 512) * 512 for key, a in found.items()}
 
 
+ARENA_GRANULE = 2 << 20  # a timing's arena is a whole number of 2 MiB (see TIMING_MEMORY_ENV)
+
+
 def _sets_nbytes(found: dict[int, Any], reps: int) -> int:
     """The bytes of `reps` sets of arrays like `found`'s laid out as _fresh_sets lays them."""
     return max(1, reps * sum(_set_steps(found).values()))
+
+
+def _arena_nbytes(found: dict[int, Any], reps: int) -> int:
+    """The bytes of the allocation holding them: rounded up to a whole number of 2 MiB. A process that imports an
+    allocation of some 22 GB by CUDA IPC handle read it at 0.7x speed on an H100 when its size was not a multiple of
+    2 MiB, at full speed when it was (benchmarks/results/isolated_sum_layout-*.json)."""
+    return -(-_sets_nbytes(found, reps) // ARENA_GRANULE) * ARENA_GRANULE
 
 
 def _fresh_sets(found: dict[int, Any], reps: int, memory: Any = None) -> list[dict[int, Any]]:
@@ -1544,8 +1556,9 @@ def _fresh_sets(found: dict[int, Any], reps: int, memory: Any = None) -> list[di
     import cupy
 
     step = _set_steps(found)
-    if memory is None:
-        arena = cupy.empty(_sets_nbytes(found, reps), dtype=np.uint8)
+    if memory is None:  # cudaMalloc itself (not a piece of a pool's chunk): the allocation the learner maps is this
+        memory = cupy.cuda.Memory(_arena_nbytes(found, reps))
+        arena = cupy.ndarray((_sets_nbytes(found, reps),), np.uint8, cupy.cuda.MemoryPointer(memory, 0))
     else:
         arena = cupy.ndarray((_sets_nbytes(found, reps),), np.uint8, cupy.cuda.MemoryPointer(memory, 0))
     sets, offset = [], 0

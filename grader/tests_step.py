@@ -108,8 +108,9 @@ def graded_test_files(phase: Phase, opts: CheckOptions) -> list[Path]:
 # CUDA IPC handle, performance timed by the judge: learner_process.time_replayed). On a GPU a phase is listed once its
 # graded checks have passed isolated on one (an H100, kernel and performance checks,
 # benchmarks/results/grade-isolated-<phase>-*.json): every phase since 2026-11-27; phase 4 once a timing's fresh
-# sets became the learner process's own memory (its sum had run at 0.65x its references, bars 0.70 and 0.75, on the
-# judge's memory mapped by IPC handle: isolated_sum_timing-*.json), 8a and 8b with their performance checks then.
+# sets became the learner process's own memory, in an allocation of a whole number of 2 MiB (its sum had run at
+# 0.65x its references, bars 0.70 and 0.75, on the judge's arena mapped by IPC handle: isolated_sum_*-*.json), 8a and
+# 8b with their performance checks then.
 ISOLATED_PHASES = ("phase1", "phase2", "phase3a", "phase3b", "phase4", "phase5", "phase6", "phase7", "phase8a",
                    "phase8b")
 CUDA_ISOLATED_PHASES = ISOLATED_PHASES
