@@ -1293,10 +1293,10 @@ def time_replayed(fn: Any, *, what: str, reps: int = 200) -> float | None:
       the round (_fresh_contents: 32- and 64-bit floats scaled, 16-bit floats rotated, others copied), those they
       write start as the warm-up left them. A launcher that keeps a first result, or skips work it saw before,
       leaves results that belong to other inputs;
-    - on a GPU the sets are pieces of one allocation of the learner process's own (_LearnerArena: asked for by the
-      judge, which maps it by its IPC handle and writes every round's contents through that mapping; the learner's
-      kernels streaming through an imported mapping ran at two thirds of their speed, TIMING_MEMORY_ENV says
-      where that was measured), first touched in the untimed round; after the untimed round the learner process
+    - on a GPU the sets are pieces of one allocation of the learner process's own, a whole number of 2 MiB
+      (_LearnerArena: asked for by the judge, which maps it by its IPC handle and writes every round's contents
+      through that mapping; the learner's kernels streaming through the judge's arena, imported, ran at 0.7x their
+      speed: TIMING_MEMORY_ENV says where that was measured and why), first touched in the untimed round; after the untimed round the learner process
       captures the calls into one graph (_capture_steps), which each timed round replays: the figure is the
       device's work, as the reference's (checks.time_cuda hides the host's overhead), not the Python of the
       learner's launchers between kernels; the judge writes each round's contents while the learner process is
