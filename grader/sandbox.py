@@ -26,19 +26,16 @@ What the grade rests on, and what a submission can reach (grader/README.md says 
 - The deliverable. The saved model files are re-evaluated by this process, outside the sandbox,
   after every process of the submission is gone (grader/deliverables.py): NumPy float64 on held-out
   data, the files read as untrusted input.
-- The kernel checks of the isolated phases (all on the emulator; 1, 2, 3a, 3b, 5, 6 and 7 on a GPU:
-  ``tests_step.ISOLATED_PHASES``, ``CUDA_ISOLATED_PHASES``): the graded tests never import the learner's code; it runs in a learner process of its
+- The kernel checks of every phase, on the emulator and on a GPU (``tests_step.ISOLATED_PHASES``,
+  ``CUDA_ISOLATED_PHASES``): the graded tests never import the learner's code; it runs in a learner process of its
   own (grader/learner_process.py; on a GPU it reaches the judge's arrays through CUDA IPC handles, during a
   request only), the performance checks are timed by the judge's clock, and the tests' results stream is signed
   under a key that process never sees. What those tests take from that process as its word (launch records, and what a helper that
   trains or replays a captured step there returns) they check against their own references.
-- What still shares a process with the learner's Python: the notebook step runs the learner's
-  notebook, and in phases 4, 8a and 8b on a GPU the graded tests import the learner's launcher modules
-  (they call them). Code run there can patch the graded tests or the results they
-  stream to the grader, so a determined submission can make those kernel checks report PASS. The
-  sandbox contains what that code can do to the machine, and the report channel and the outside
-  re-evaluation keep it from forging the rest; reading the submissions' code remains the instructor's
-  check on those.
+- What still runs the learner's Python outside the learner process: the notebook step runs the learner's
+  notebook (nbval, in a process of its own, before the graded tests), which decides the notebook's own check
+  only. The sandbox contains what that code can do to the machine. ``GRADER_ISOLATION=0`` (removed in the
+  sandbox) puts the learner's code back into the graded tests' process, where it could patch them.
 """
 
 from __future__ import annotations
@@ -213,7 +210,7 @@ def sandbox_env(env: dict[str, str]) -> dict[str, str]:
                GRADER_PROGRESS=str(INSIDE / "progress.json"), GRADER_SKIP_GATES="1",
                JUPYTER_RUNTIME_DIR=str(INSIDE / "jupyter-runtime"), MPLCONFIGDIR=str(INSIDE / "mpl"),
                XDG_CACHE_HOME=str(INSIDE / "cache"))
-    for name in ("MINITORCH_WORKSPACE", "GRADER_THRESHOLDS", "GRADER_ROOT", "GRADER_ISOLATION"):
+    for name in ("MINITORCH_WORKSPACE", "GRADER_THRESHOLDS", "GRADER_ROOT", "GRADER_ISOLATION", "GRADER_TIMING_MEMORY"):
         env.pop(name, None)
     return env
 

@@ -689,6 +689,48 @@ import ctypes, sys
 """
 
 
+# A copy that owes its timed calls' work and pays it later: inside the grader's timed replays it only notes its arrays
+# (those it can still reach after the request: on a GPU the timing's sets, which are the learner process's own memory;
+# the judge's arrays are unmapped after each request); its next call outside them does the work it owes into those
+# arrays. Were a timing's sets read after the calls made again untimed, the owed results would be there by then.
+LAZY_WHEN_TIMED = """
+import sys
+""" + CACHE_HELPERS + """_owed = []
+def _reachable_later(a):
+    if not type(a).__module__.startswith("cupy"):
+        return True  # the emulator: every array here is this process's own
+    import grader.learner_process as lp
+    arena = lp._arena
+    return arena is not None and arena.ptr <= a.data.ptr < arena.ptr + arena.size
+def copy(src, dst):
+    if _timed():
+        if _reachable_later(dst):
+            _owed.append((src, dst))
+        return
+    _honest_copy(src, dst)
+    while _owed:
+        _honest_copy(*_owed.pop())
+"""
+
+
+def check_owed_work_is_caught(learner_process: Any, workspace: Path, src: Any, dst: Any, reps: int) -> None:
+    """time_replayed of LAZY_WHEN_TIMED's copy fails: what the timed calls left is read before any later call."""
+    from grader import checks
+
+    (workspace / "memory.py").write_text(solution_sources()["memory.py"] + "\n" + LAZY_WHEN_TIMED)
+    module = learner_process.load_module("memory.py")
+    with pytest.raises(checks.GradeError, match=r"copy: timed call \d+ \(of \d+\), array 1 .* run again untimed"):
+        learner_process.time_replayed(lambda: module.copy(src, dst), what="copy", reps=reps)
+
+
+def test_work_owed_by_timed_calls_and_done_later_fails(learner):
+    from minitorch import backend
+
+    learner_process, workspace = learner
+    src, dst = backend.asarray(np.arange(1000, dtype=np.float32)), backend.zeros(1000)
+    check_owed_work_is_caught(learner_process, workspace, src, dst, reps=4)
+
+
 def test_replayed_timing_is_the_judges_on_fresh_inputs(learner):
     """A performance check's timing (learner_process.time_replayed): the judge's clock around one request of replays
     on fresh sets of arrays; a copy that sleeps is counted; one that hands back a kept result when timed fails."""
