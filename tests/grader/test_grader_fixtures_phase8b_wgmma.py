@@ -40,12 +40,14 @@ def test_the_mutations_find_their_lines():
 @needs_sm90
 def test_scores_never_reset_are_rejected(tmp_path):
     """scale_d 1 on S's first k-step: the scores of key tile j are added to those of tile j - 1 (and the first
-    tile's to whatever the registers held)."""
+    tile's to whatever the registers held). Which check sees it first depends on what the registers held: O
+    beyond the bound, or (O within it at some length) the rows' logsumexp; an H100 showed both."""
     files = solution_sources()
     files["flash_wgmma.cu"] = replace_once(files["flash_wgmma.cu"], S_FIRST_STEP, "                            1);\n")
     report = grade(tmp_path, files, "-k", RUNG8, device="cuda")
     [check] = results(report, "test_forward_rung_values")
-    assert check["result"] == "FAIL" and "differ from float64 attention" in check["reason"], check
+    assert check["result"] == "FAIL", check
+    assert "differ from float64 attention" in check["reason"] or "the logsumexp of" in check["reason"], check
 
 
 @pytest.mark.gpu
