@@ -219,10 +219,12 @@ class Flash:
     """The compiled kernels and launchers for them (torch tensors on the GPU)."""
 
     def __init__(self, rungs=RUNGS, dims=(64, 128), candidates: dict[int, list[tuple]] | None = None,
-                 backward: bool = True, wgmma_candidates: dict[int, list[int]] | None = None):
+                 backward: bool = True, wgmma_candidates: dict[int, list[int]] | None = None,
+                 fast_math: bool = True):
         """Compiles `rungs` at head dims `dims` (rungs 5-7: every tile candidate, or `candidates[d]`; rung 8, on an
         sm_90 GPU only: every BN of `wgmma_candidates`, default WGMMA_CANDIDATES) and, with `backward`, the
-        backward's candidates."""
+        backward's candidates; `fast_math`: with --use_fast_math (the ladder's measurements; the lab's flash.py
+        builds without)."""
         import cupy
         import torch
         from phase8a_hgemm import Driver
@@ -256,9 +258,10 @@ class Flash:
                         names.setdefault((rung, d, cand), []).append(fwd_kernel(rung, dtype, d, cand))
                 for cand in BWD_CANDIDATES[d] if backward else []:
                     names.setdefault(("bwd", d, cand), []).extend(bwd_kernels(dtype, d, cand))
-        opts = ("--std=c++17", "-lineinfo", "--use_fast_math", f"--gpu-architecture={arch}") + toolkit_include_options()
+        base = ("--std=c++17", "-lineinfo") + (("--use_fast_math",) if fast_math else ())
+        opts = base + (f"--gpu-architecture={arch}",) + toolkit_include_options()
         # rung 8 with the same options, for sm_90a (the architecture with wgmma; flash.py builds it so too)
-        self.options = {"flash.cu": list(opts[:4]), WGMMA_FILE: list(opts[:3]) + ["--gpu-architecture=sm_90a"]}
+        self.options = {"flash.cu": list(opts[:len(base) + 1]), WGMMA_FILE: list(base) + ["--gpu-architecture=sm_90a"]}
         wgmma_opts = tuple(self.options[WGMMA_FILE]) + toolkit_include_options()
         code = source()
         wgmma_code = source(WGMMA_FILE) if WGMMA_RUNG in rungs and WGMMA_RUNG not in self.skipped else ""
@@ -616,6 +619,60 @@ def profile(which: str, tiles: str | None, bwd_tiles: str | None, rung: int = MM
     torch.cuda.synchronize()
 
 
+def compare_fast_math(out: str, log, reps: int = 3) -> int:
+    """Rung 8 built with and without --use_fast_math (the ladder's options and flash.py's), timed interleaved
+    with FlashAttention-2 at D = 128 (bf16 and fp16, causal and not; `reps` rounds, alternating the order) after
+    a check of each against float64 on two heads: is the difference between two runs the options or the card?"""
+    import json
+
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    builds = {label: Flash((WGMMA_RUNG,), (128,), backward=False, wgmma_candidates={128: [WGMMA_CANDIDATES[128][0]]},
+                           fast_math=label == "fast_math") for label in ("fast_math", "no_fast_math")}
+    for label, flash in builds.items():
+        if WGMMA_RUNG in flash.skipped or flash.errors:
+            log(f"{label}: {flash.skipped or flash.errors}")
+            return 1
+    b, h, t, d = SHAPES[0]
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    rows, bad = [], 0
+    for dtype in ("bf16", "fp16"):
+        q, k, v, do = inputs(b * h, t, d, tdt[dtype], seed=11, grad=True)
+        q4, k4, v4, do4 = (x.view(b, h, t, d) for x in (q, k, v, do))
+        for causal in (False, True):
+            fa2 = sdpa_fns(q4, k4, v4, do4, causal, SDPBackend.FLASH_ATTENTION)[0]
+            ref = reference(*(x[[0, b * h - 1]].double().cpu().numpy() for x in (q, k, v)), causal)
+            fns, row = {"fa2": fa2}, {"dtype": dtype, "causal": causal, "shape": f"{b}x{h}x{t}x{d}"}
+            for label, flash in builds.items():
+                chk = check_heads(flash, WGMMA_RUNG, q, k, v, None, causal, dtype, [0, b * h - 1], ref)
+                row[f"{label}_valid"] = chk["ok"]
+                bad += not chk["ok"]
+                o, lse = torch.empty_like(q), torch.empty(b * h, t, device="cuda")
+                fns[label] = flash.forward(WGMMA_RUNG, q, k, v, o, lse, causal)
+            seconds = {label: [] for label in fns}
+            for i in range(reps):
+                for label in (list(fns) if i % 2 == 0 else list(fns)[::-1]):
+                    seconds[label].append(time_gpu(fns[label], max_seconds=0.2))
+            fl = flops(b * h, t, d, causal)
+            for label, secs in seconds.items():
+                row[f"{label}_seconds"] = secs
+                row[f"{label}_tflops"] = fl / float(np.median(secs)) / 1e12
+            for label in builds:
+                row[f"{label}_ratio_fa2"] = row[f"{label}_tflops"] / row["fa2_tflops"]
+            rows.append(row)
+            log(f"{dtype} causal={int(causal)}: " + ", ".join(f"{k_} {row[k_ + '_tflops']:.0f}" for k_ in fns)
+                + " TFLOP/s (medians of the rounds)")
+    from common import software
+
+    Path(out).write_text(json.dumps({"benchmark": "phase8b_flash_wgmma_options", "device": gpu_name(),
+                                     "date": time.strftime("%Y-%m-%d"), "software": software(),
+                                     "torch": torch.__version__, "what": compare_fast_math.__doc__,
+                                     "options": {k_: f.options[WGMMA_FILE] for k_, f in builds.items()},
+                                     "rounds": reps, "results": rows}, indent=1) + "\n")
+    return 1 if bad else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="D = 128, bf16 only")
@@ -628,8 +685,14 @@ def main() -> int:
     parser.add_argument("--tiles", help="--profile: the rung's tiles, WARPS,MT,BC (rungs 5-7) or BN (rung 8); "
                         "default the first candidate")
     parser.add_argument("--bwd-tiles", help="--profile: the backward's tiles WARPS,BR (default: the first candidate)")
+    parser.add_argument("--compare-fast-math", metavar="FILE",
+                        help="only rung 8 with and without --use_fast_math, timed interleaved with FA2 at D = 128: "
+                        "the JSON to FILE")
     args = parser.parse_args()
     t0 = time.perf_counter()
+    if args.compare_fast_math:
+        return compare_fast_math(args.compare_fast_math, lambda msg: print(f"[{time.perf_counter() - t0:5.0f}s] "
+                                                                             f"{msg}", flush=True))
     if args.profile:
         profile(args.profile, args.tiles, args.bwd_tiles, args.rung)
         return 0
