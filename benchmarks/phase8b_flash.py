@@ -1,9 +1,12 @@
-"""Phase 8b benchmark: the FlashAttention-2 ladder (forward rungs 1-7 and the backward) against PyTorch's SDPA.
+"""Phase 8b benchmark: the FlashAttention ladder (forward rungs 1-8 and the backward) against PyTorch's SDPA.
 
-The kernels are Lab 8b's reference ``flash.cu`` (the ``%%kernel flash.cu`` cell of ``solutions/phase8b_flash.ipynb``:
-one source for the lab, this benchmark and the emulator's tests), compiled by CuPy's RawModule (NVRTC, one module a rung, in
-parallel) and launched through the driver on torch's stream (``phase8a_hgemm.Driver``). Inputs and outputs are
-(B*H, T, D) contiguous 16-bit tensors; the logsumexp is (B*H, T) fp32.
+The kernels are Lab 8b's reference ``flash.cu`` (rungs 1-7 and the backward: the ``%%kernel flash.cu`` cell of
+``solutions/phase8b_flash.ipynb``, one source for the lab, this benchmark and the emulator's tests) and
+``flash_wgmma.cu`` (rung 8, Hopper's wgmma: the ``%%kernel flash_wgmma.cu --arch=sm_90a`` cell of the same
+notebook, compiled for sm_90a only on an sm_90 GPU; elsewhere its rows say why it was not measured), compiled by
+CuPy's RawModule (NVRTC, one module a rung and tile, in parallel) and launched through the driver on torch's
+stream (``phase8a_hgemm.Driver``). Inputs and outputs are (B*H, T, D) contiguous 16-bit tensors; the logsumexp is
+(B*H, T) fp32.
 
 Validation, in the same run, before any timing:
 - odd sequence lengths (T = 1, 7, 65, 1000, 4097; D = 64 and 128; causal and not; fp16 and bf16), every rung and the
@@ -25,10 +28,14 @@ causal and not, fp16 and bf16, next to ``scaled_dot_product_attention`` under
 backward (ours: the Delta kernel, the main kernel and dQ's conversion; PyTorch's: ``autograd.grad`` of the
 SDPA output). FLOPs: 4 B H T^2 D forward (halved when causal), 2.5 times that backward.
 
+Tiles: rungs 5-7 and the backward from a few candidates each, rung 8's key tile BN from 64 and 128, each timed at
+the benchmark size (bf16, not causal) and the fastest kept (``rung5_tuning`` in the JSON).
+
 Writes ``benchmarks/results/phase8b_flash-<gpu>.json`` (or ``--out``): rows (kernel, pass, dtype, shape,
 causal) with ``tflops``, ``fa2_tflops``, ``cudnn_tflops`` and the two ratios.
 
-Usage (on a GPU machine): ``python benchmarks/phase8b_flash.py [--quick] [--out FILE]``.
+Usage (on a GPU machine): ``python benchmarks/phase8b_flash.py [--quick] [--out FILE]``; the Nsight Compute
+target: ``--profile fwd [--rung 8]`` (one rung launched twice at 16x16x4096x128 bf16, nothing else).
 """
 
 from __future__ import annotations
@@ -44,12 +51,12 @@ import numpy as np
 from common import gpu_name, kernel_resources, solution_sources, time_gpu, write_results
 
 
-def source() -> str:
-    """flash.cu as the lab's reference solution writes it."""
-    return solution_sources("phase8b_flash.ipynb")["flash.cu"]
+def source(file: str = "flash.cu") -> str:
+    """flash.cu (or flash_wgmma.cu) as the lab's reference solution writes it."""
+    return solution_sources("phase8b_flash.ipynb")[file]
 
 RUNG_NAMES = {1: "scalar", 2: "mma", 3: "mma_ldmatrix_swizzled", 4: "mma_cp_async", 5: "mma_tuned",
-              6: "mma_lean_softmax", 7: "mma_split_kv_pipeline"}
+              6: "mma_lean_softmax", 7: "mma_split_kv_pipeline", 8: "wgmma"}
 CTYPE = {"bf16": "bf16", "fp16": "fp16"}
 UNIT = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
 BOUND_C = 3.0
@@ -57,7 +64,14 @@ LSE_TOL = 1e-5
 LOG2E = 1.4426950408889634
 
 RUNGS = tuple(RUNG_NAMES)
-KERNEL_SUFFIX = {1: "scalar", 2: "mma", 3: "ldmatrix", 4: "cp_async", 5: "tuned", 6: "lean", 7: "split_kv"}
+KERNEL_SUFFIX = {1: "scalar", 2: "mma", 3: "ldmatrix", 4: "cp_async", 5: "tuned", 6: "lean", 7: "split_kv",
+                 8: "wgmma"}
+# Rung 8 (flash_wgmma.cu): wgmma exists only on sm_90 GPUs, compiled for sm_90a; its candidates are the keys a
+# tile (BN), the first flash.py's WGMMA_BN. The mma.sync ladder's last rung computes the O and logsumexp that the
+# backward's checks differentiate (it runs on every GPU).
+WGMMA_RUNG, WGMMA_FILE, WGMMA_ARCH = 8, "flash_wgmma.cu", "sm_90"
+WGMMA_CANDIDATES = {64: [64, 128], 128: [128, 64]}
+MMA_LAST = 7
 # forward mma rungs: (WARPS, MT, BC, LAYOUT, LDM, PIPE, LONGEST_FIRST, LEAN)
 FWD_MMA = {2: (4, 1, 64, "PLAIN", False, 1, False, False),
            3: (4, 1, 64, "SWIZZLED", True, 1, False, False),
@@ -76,6 +90,7 @@ VALIDATION_LENGTHS = (1, 7, 65, 1000, 4097)  # the issue's sequence lengths (mul
 
 
 def fwd_config(rung: int, d: int, tiles: tuple | None = None) -> tuple:
+    """Rungs 2-7: (WARPS, MT, BC, LAYOUT, LDM, PIPE, LONGEST_FIRST, LEAN)."""
     if rung in FWD_MMA:
         return FWD_MMA[rung]
     w, mt, bc = tiles or RUNG5_CANDIDATES[d][0]
@@ -83,11 +98,13 @@ def fwd_config(rung: int, d: int, tiles: tuple | None = None) -> tuple:
 
 
 def fwd_kernel(rung: int, dtype: str, d: int, tiles: tuple | None = None, dropout: bool = False) -> str:
-    """The kernel of forward rung `rung` (rungs 5-7: with `tiles` = (WARPS, MT, BC), default the first;
-    `dropout`: rung 5's instantiation that drops out)."""
+    """The kernel of forward rung `rung` (rungs 5-7: with `tiles` = (WARPS, MT, BC), default the first; rung 8:
+    `tiles` = BN; `dropout`: rung 5's instantiation that drops out)."""
     t = CTYPE[dtype]
     if rung == 1:
         return f"flash_fwd_1_scalar<{t}, {d}>"
+    if rung == WGMMA_RUNG:
+        return f"flash_fwd_8_wgmma<{t}, {d}, {tiles or WGMMA_CANDIDATES[d][0]}>"
     if rung in FWD_MMA:
         return f"flash_fwd_{rung}_{KERNEL_SUFFIX[rung]}<{t}, {d}>"
     w, mt, bc = tiles or RUNG5_CANDIDATES[d][0]
@@ -99,6 +116,9 @@ def fwd_geometry(rung: int, d: int, tiles: tuple | None = None) -> tuple[int, in
     """(query rows a block, threads, dynamic shared memory bytes)."""
     if rung == 1:
         return 64, 64, 0
+    if rung == WGMMA_RUNG:  # two warpgroups of 64 rows; Q, two stages of K and V, 1 KiB to align the slabs
+        bn = tiles or WGMMA_CANDIDATES[d][0]
+        return 128, 256, 2 * d * (128 + 4 * bn) + 1024
     w, mt, bc, _, _, pipe, _, _ = fwd_config(rung, d, tiles)
     br = 16 * w * mt
     return br, 32 * w, 2 * d * (br + 2 * min(pipe, 2) * bc)
@@ -199,9 +219,12 @@ class Flash:
     """The compiled kernels and launchers for them (torch tensors on the GPU)."""
 
     def __init__(self, rungs=RUNGS, dims=(64, 128), candidates: dict[int, list[tuple]] | None = None,
-                 backward: bool = True):
-        """Compiles `rungs` at head dims `dims` (rungs 5-7: every tile candidate, or `candidates[d]`) and, with
-        `backward`, the backward's candidates."""
+                 backward: bool = True, wgmma_candidates: dict[int, list[int]] | None = None,
+                 fast_math: bool = True):
+        """Compiles `rungs` at head dims `dims` (rungs 5-7: every tile candidate, or `candidates[d]`; rung 8, on an
+        sm_90 GPU only: every BN of `wgmma_candidates`, default WGMMA_CANDIDATES) and, with `backward`, the
+        backward's candidates; `fast_math`: with --use_fast_math (the ladder's measurements; the lab's flash.py
+        builds without)."""
         import cupy
         import torch
         from phase8a_hgemm import Driver
@@ -212,29 +235,49 @@ class Flash:
         arch = f"sm_{props.major}{props.minor}"
         self.driver = Driver()
         cands = candidates or RUNG5_CANDIDATES
+        self.wgmma_candidates = wgmma_candidates or WGMMA_CANDIDATES
         self.tiles = {r: {d: cands[d][0] for d in dims} for r in TUNED}
         self.bwd_tiles = {d: BWD_CANDIDATES[d][0] for d in dims}
+        # rungs left out on this card, with the reason (rung 8 off Hopper): reported, not failures
+        self.skipped: dict[int, str] = {}
+        if WGMMA_RUNG in rungs:
+            if arch == WGMMA_ARCH:
+                self.tiles[WGMMA_RUNG] = {d: self.wgmma_candidates[d][0] for d in dims}
+            else:
+                self.skipped[WGMMA_RUNG] = (f"not measured: rung 8 (wgmma, sm_90a) needs an sm_90 GPU "
+                                            f"(H100, H200); this one is {arch}")
         names: dict[tuple, list[str]] = {}
         for d in dims:
             for dtype in ("bf16", "fp16"):
                 for rung in rungs:
-                    for cand in cands[d] if rung in TUNED else [None]:
+                    if rung in self.skipped:
+                        continue
+                    tiles = (cands[d] if rung in TUNED else self.wgmma_candidates[d] if rung == WGMMA_RUNG
+                             else [None])
+                    for cand in tiles:
                         names.setdefault((rung, d, cand), []).append(fwd_kernel(rung, dtype, d, cand))
                 for cand in BWD_CANDIDATES[d] if backward else []:
                     names.setdefault(("bwd", d, cand), []).extend(bwd_kernels(dtype, d, cand))
-        opts = ("--std=c++17", "-lineinfo", "--use_fast_math", f"--gpu-architecture={arch}") + toolkit_include_options()
+        base = ("--std=c++17", "-lineinfo") + (("--use_fast_math",) if fast_math else ())
+        opts = base + (f"--gpu-architecture={arch}",) + toolkit_include_options()
+        # rung 8 with the same options, for sm_90a (the architecture with wgmma; flash.py builds it so too)
+        self.options = {"flash.cu": list(opts[:len(base) + 1]), WGMMA_FILE: list(base) + ["--gpu-architecture=sm_90a"]}
+        wgmma_opts = tuple(self.options[WGMMA_FILE]) + toolkit_include_options()
         code = source()
+        wgmma_code = source(WGMMA_FILE) if WGMMA_RUNG in rungs and WGMMA_RUNG not in self.skipped else ""
 
         def build(key):
             start = time.perf_counter()
             try:
-                mod = cupy.RawModule(code=code, options=opts, name_expressions=names[key])
+                wg = key[0] == WGMMA_RUNG
+                mod = cupy.RawModule(code=wgmma_code if wg else code, options=wgmma_opts if wg else opts,
+                                     name_expressions=names[key])
                 return key, {n: mod.get_function(n) for n in names[key]}, time.perf_counter() - start, None
             except Exception as e:  # one module failing must not hide the others' numbers
                 return key, {}, time.perf_counter() - start, f"{type(e).__name__}: {str(e)[-3000:]}"
 
         start = time.perf_counter()
-        with ThreadPoolExecutor(min(16, len(names))) as pool:
+        with ThreadPoolExecutor(max(1, min(16, len(names)))) as pool:
             built = list(pool.map(build, list(names)))
         self.funcs, self.errors = {}, {}
         for key, funcs, _seconds, err in built:
@@ -255,6 +298,10 @@ class Flash:
     def has(self, name: str) -> bool:
         return name in self.funcs
 
+    def compiled(self, rung: int, dtype: str, d: int) -> bool:
+        """Is forward rung `rung` built for `dtype` and `d`, in the tiles the timings use?"""
+        return self.has(fwd_kernel(rung, dtype, d, self.tiles.get(rung, {}).get(d)))
+
     def _launch(self, name, grid, threads, smem, args, keep):
         func = self.ptr(name)
         self.driver.set_smem(func, smem)
@@ -271,7 +318,9 @@ class Flash:
         name = fwd_kernel(rung, {"torch.bfloat16": "bf16", "torch.float16": "fp16"}[str(q.dtype)], d, tiles)
         br, threads, smem = fwd_geometry(rung, d, tiles)
         args = [ctypes.c_uint64(x.data_ptr()) for x in (q, k, v, o, lse)] + [
-            ctypes.c_int(t), ctypes.c_float(LOG2E / math.sqrt(d)), ctypes.c_int(int(causal))] + NO_DROPOUT()
+            ctypes.c_int(t), ctypes.c_float(LOG2E / math.sqrt(d)), ctypes.c_int(int(causal))]
+        if rung != WGMMA_RUNG:  # rung 8 takes no dropout arguments
+            args += NO_DROPOUT()
         return self._launch(name, (math.ceil(t / br), bh), threads, smem, args, (q, k, v, o, lse))
 
     def backward(self, q, k, v, o, lse, do, dq, dk, dv, causal: bool):
@@ -322,7 +371,7 @@ def check_heads(flash: Flash, rung, q, k, v, do, causal, dtype: str, heads, ref:
     bh, t, d = q.shape
     o = torch.full_like(q, float("nan"))
     lse = torch.full((bh, t), float("nan"), device=q.device)
-    fwd_rung = RUNGS[-1] if rung == "bwd" else rung
+    fwd_rung = MMA_LAST if rung == "bwd" else rung
     flash.forward(fwd_rung, q, k, v, o, lse, causal)()
     sel = lambda x: x[heads].double().cpu().numpy()  # noqa: E731
     if ref is None:
@@ -346,7 +395,8 @@ def check_heads(flash: Flash, rung, q, k, v, do, causal, dtype: str, heads, ref:
 
 def validate_small(flash: Flash, rungs, dims, lengths=VALIDATION_LENGTHS) -> list[str]:
     """Every rung and the backward at odd sequence lengths (3 heads; 1 past 1000), both dtypes, causal and not,
-    against float64; the failures, described."""
+    against float64 (rung 8 in each of its key tiles, on an sm_90 GPU; a rung this card skips is left out); the
+    failures, described (a rung that did not compile is one)."""
     import torch
 
     failures = []
@@ -359,10 +409,23 @@ def validate_small(flash: Flash, rungs, dims, lengths=VALIDATION_LENGTHS) -> lis
                 host = [x.double().cpu().numpy() for x in (q, k, v, do)]
                 for causal in (False, True):
                     ref = reference(*host[:3], causal, host[3])  # once for every rung
-                    for rung in list(rungs) + ["bwd"]:
-                        r = check_heads(flash, rung, q, k, v, do, causal, dtype, list(range(nh)), ref)
-                        if not r["ok"]:
-                            failures.append(f"{rung} {dtype} T={t} D={d} causal={causal}: units {r['units']}")
+                    for rung in [r for r in rungs if r not in flash.skipped] + ["bwd"]:
+                        kept = flash.tiles.get(rung, {}).get(d)
+                        for tiles in flash.wgmma_candidates[d] if rung == WGMMA_RUNG else [kept]:
+                            case = f"{rung}{f' BN={tiles}' if rung == WGMMA_RUNG else ''} {dtype} T={t} D={d} " \
+                                   f"causal={causal}"
+                            if rung != "bwd" and not flash.has(fwd_kernel(rung, dtype, d, tiles)):
+                                failures.append(f"{case}: not compiled")
+                                continue
+                            if rung == WGMMA_RUNG:
+                                flash.tiles[rung][d] = tiles
+                            try:
+                                r = check_heads(flash, rung, q, k, v, do, causal, dtype, list(range(nh)), ref)
+                            finally:
+                                if rung == WGMMA_RUNG:
+                                    flash.tiles[rung][d] = kept
+                            if not r["ok"]:
+                                failures.append(f"{case}: units {r['units']}")
     print(f"small sizes: {len(failures)} failures" + ("".join("\n  " + f for f in failures[:40])), flush=True)
     return failures
 
@@ -421,9 +484,12 @@ def benchmark(flash: Flash, shapes, dtypes, rungs, log, save=lambda rows: None) 
                                 do[heads].double().cpu().numpy())
                 for rung in list(rungs) + ["bwd"]:
                     name = (f"{rung}_{RUNG_NAMES[rung]}" if rung != "bwd" else "bwd")
-                    fr = RUNGS[-1] if rung == "bwd" else rung
-                    fwd_name = fwd_kernel(fr, dtype, d, flash.tiles.get(fr, {}).get(d))
-                    if not flash.has(fwd_name) or (rung == "bwd" and not flash.has(bwd_kernels(dtype, d, flash.bwd_tiles[d])[1])):
+                    if rung in flash.skipped:
+                        rows.append({**base, "kernel": name, "pass": "forward", "tflops": None,
+                                     "note": flash.skipped[rung]})
+                        continue
+                    fr = MMA_LAST if rung == "bwd" else rung
+                    if not flash.compiled(fr, dtype, d) or (rung == "bwd" and not flash.has(bwd_kernels(dtype, d, flash.bwd_tiles[d])[1])):
                         rows.append({**base, "kernel": name, "tflops": None, "note": "not compiled"})
                         continue
                     chk = check_heads(flash, rung, q, k, v, do, causal, dtype, heads, ref)
@@ -437,7 +503,7 @@ def benchmark(flash: Flash, shapes, dtypes, rungs, log, save=lambda rows: None) 
                         continue
                     if rung == "bwd":
                         o, lse = torch.empty_like(q), torch.empty(bh, t, device="cuda")
-                        flash.forward(RUNGS[-1], q, k, v, o, lse, causal)()
+                        flash.forward(MMA_LAST, q, k, v, o, lse, causal)()
                         dq, dk, dv = (torch.empty_like(q) for _ in range(3))
                         fn = flash.backward(q, k, v, o, lse, do, dq, dk, dv, causal)
                         fl, refs = fb, {k_: v_[1] for k_, v_ in tf.items()}
@@ -464,8 +530,8 @@ def benchmark(flash: Flash, shapes, dtypes, rungs, log, save=lambda rows: None) 
 
 
 def tune(flash: Flash, log) -> dict:
-    """Times each tile candidate of rungs 5 and 6 and of the backward at the benchmark size (bf16, not causal)
-    and keeps the fastest for each rung and head dim."""
+    """Times each tile candidate of rungs 5-7, rung 8's key tiles (BN) and the backward's tiles at the benchmark
+    size (bf16, not causal) and keeps the fastest for each rung and head dim."""
     import torch
 
     out = {}
@@ -488,8 +554,21 @@ def tune(flash: Flash, log) -> dict:
             out[f"{rung}_d{d}"] = {"seconds": times, "chosen": best}
             log(f"rung {rung} D={d}: " + ", ".join(f"{c} {flops(b * h, t, d, False) / s / 1e12:.0f}"
                                                    for c, s in times.items()) + f" TFLOP/s -> {best}")
+        if d in flash.tiles.get(WGMMA_RUNG, {}):
+            times = {}
+            for bn in flash.wgmma_candidates[d]:
+                if flash.has(fwd_kernel(WGMMA_RUNG, "bf16", d, bn)):
+                    flash.tiles[WGMMA_RUNG][d] = bn
+                    times[str(bn)] = time_gpu(flash.forward(WGMMA_RUNG, q, k, v, o, lse, False), max_seconds=0.2)
+            if times:
+                best = min(times, key=times.get)
+                flash.tiles[WGMMA_RUNG][d] = int(best)
+                out[f"{WGMMA_RUNG}_d{d}"] = {"seconds": times, "chosen": best, "tile": "BN (keys a tile)"}
+                log(f"rung {WGMMA_RUNG} D={d}: " + ", ".join(
+                    f"BN={c} {flops(b * h, t, d, False) / s / 1e12:.0f}" for c, s in times.items())
+                    + f" TFLOP/s -> BN={best}")
         do = torch.randn_like(q)
-        flash.forward(TUNED[-1], q, k, v, o, lse, False)()
+        flash.forward(MMA_LAST, q, k, v, o, lse, False)()
         dq, dk, dv = (torch.empty_like(q) for _ in range(3))
         times = {}
         for cand in BWD_CANDIDATES[d]:
@@ -506,20 +585,33 @@ def tune(flash: Flash, log) -> dict:
     return out
 
 
-def profile(which: str, tiles: str | None, bwd_tiles: str | None) -> None:
+def profile(which: str, tiles: str | None, bwd_tiles: str | None, rung: int = MMA_LAST) -> None:
+    """Forward rung `rung` (`which` = "fwd"; `tiles`: its WARPS,MT,BC, or rung 8's BN) or rung 7 then the
+    backward ("bwd"), launched twice at 16x16x4096x128 bf16, not causal: the target of ncu --launch-skip 1."""
     import torch
 
-    flash = Flash((RUNGS[-1],), (128,))
+    if which == "bwd":
+        rung = MMA_LAST
     if tiles:
-        flash.tiles[RUNGS[-1]][128] = tuple(int(x) for x in tiles.split(","))
+        parsed = tuple(int(x) for x in tiles.split(","))
+        tiles_of = {128: [parsed[0]]} if rung == WGMMA_RUNG else {128: [parsed]}
+    else:
+        tiles_of = None
+    flash = Flash((rung,), (128,), candidates=tiles_of if rung in TUNED else None,
+                  wgmma_candidates=tiles_of if rung == WGMMA_RUNG else None, backward=which == "bwd")
+    if rung in flash.skipped:
+        raise SystemExit(flash.skipped[rung])
+    if flash.errors:
+        raise SystemExit(f"compile failed: {flash.errors}")
     if bwd_tiles:
         flash.bwd_tiles[128] = tuple(int(x) for x in bwd_tiles.split(","))
     b, h, t, d = SHAPES[0]
     q, k, v, do = inputs(b * h, t, d, torch.bfloat16, seed=5, grad=True)
     o, lse = torch.empty_like(q), torch.empty(b * h, t, device="cuda")
-    fwd = flash.forward(RUNGS[-1], q, k, v, o, lse, False)
-    dq, dk, dv = (torch.empty_like(q) for _ in range(3))
-    bwd = flash.backward(q, k, v, o, lse, do, dq, dk, dv, False)
+    fwd = flash.forward(rung, q, k, v, o, lse, False)
+    if which == "bwd":
+        dq, dk, dv = (torch.empty_like(q) for _ in range(3))
+        bwd = flash.backward(q, k, v, o, lse, do, dq, dk, dv, False)
     for _ in range(2):
         fwd()
         if which == "bwd":
@@ -527,18 +619,82 @@ def profile(which: str, tiles: str | None, bwd_tiles: str | None) -> None:
     torch.cuda.synchronize()
 
 
+def compare_fast_math(out: str, log, reps: int = 3) -> int:
+    """Rung 8 built with and without --use_fast_math (the ladder's options and flash.py's), timed interleaved
+    with FlashAttention-2 at D = 128 (bf16 and fp16, causal and not; `reps` rounds, alternating the order) after
+    a check of each against float64 on two heads: is the difference between two runs the options or the card?"""
+    import json
+
+    import torch
+    from torch.nn.attention import SDPBackend
+
+    builds = {label: Flash((WGMMA_RUNG,), (128,), backward=False, wgmma_candidates={128: [WGMMA_CANDIDATES[128][0]]},
+                           fast_math=label == "fast_math") for label in ("fast_math", "no_fast_math")}
+    for label, flash in builds.items():
+        if WGMMA_RUNG in flash.skipped or flash.errors:
+            log(f"{label}: {flash.skipped or flash.errors}")
+            return 1
+    b, h, t, d = SHAPES[0]
+    tdt = {"bf16": torch.bfloat16, "fp16": torch.float16}
+    rows, bad = [], 0
+    for dtype in ("bf16", "fp16"):
+        q, k, v, do = inputs(b * h, t, d, tdt[dtype], seed=11, grad=True)
+        q4, k4, v4, do4 = (x.view(b, h, t, d) for x in (q, k, v, do))
+        for causal in (False, True):
+            fa2 = sdpa_fns(q4, k4, v4, do4, causal, SDPBackend.FLASH_ATTENTION)[0]
+            ref = reference(*(x[[0, b * h - 1]].double().cpu().numpy() for x in (q, k, v)), causal)
+            fns, row = {"fa2": fa2}, {"dtype": dtype, "causal": causal, "shape": f"{b}x{h}x{t}x{d}"}
+            for label, flash in builds.items():
+                chk = check_heads(flash, WGMMA_RUNG, q, k, v, None, causal, dtype, [0, b * h - 1], ref)
+                row[f"{label}_valid"] = chk["ok"]
+                bad += not chk["ok"]
+                o, lse = torch.empty_like(q), torch.empty(b * h, t, device="cuda")
+                fns[label] = flash.forward(WGMMA_RUNG, q, k, v, o, lse, causal)
+            seconds = {label: [] for label in fns}
+            for i in range(reps):
+                for label in (list(fns) if i % 2 == 0 else list(fns)[::-1]):
+                    seconds[label].append(time_gpu(fns[label], max_seconds=0.2))
+            fl = flops(b * h, t, d, causal)
+            for label, secs in seconds.items():
+                row[f"{label}_seconds"] = secs
+                row[f"{label}_tflops"] = fl / float(np.median(secs)) / 1e12
+            for label in builds:
+                row[f"{label}_ratio_fa2"] = row[f"{label}_tflops"] / row["fa2_tflops"]
+            rows.append(row)
+            log(f"{dtype} causal={int(causal)}: " + ", ".join(f"{k_} {row[k_ + '_tflops']:.0f}" for k_ in fns)
+                + " TFLOP/s (medians of the rounds)")
+    from common import software
+
+    Path(out).write_text(json.dumps({"benchmark": "phase8b_flash_wgmma_options", "device": gpu_name(),
+                                     "date": time.strftime("%Y-%m-%d"), "software": software(),
+                                     "torch": torch.__version__, "what": compare_fast_math.__doc__,
+                                     "options": {k_: f.options[WGMMA_FILE] for k_, f in builds.items()},
+                                     "rounds": reps, "results": rows}, indent=1) + "\n")
+    return 1 if bad else 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="D = 128, bf16 only")
     parser.add_argument("--out", help="the JSON file (default benchmarks/results/phase8b_flash-<gpu>.json)")
     parser.add_argument("--profile", choices=("fwd", "bwd"),
-                        help="launch the last rung (or the backward) twice at 16x16x4096x128 bf16 and stop: for ncu")
-    parser.add_argument("--tiles", help="--profile: the last rung's tiles WARPS,MT,BC (default: the first candidate)")
+                        help="launch a forward rung (or rung 7 and the backward) twice at 16x16x4096x128 bf16 and "
+                        "stop: for ncu")
+    parser.add_argument("--rung", type=int, default=MMA_LAST, choices=RUNGS,
+                        help="--profile fwd: the rung (default 7; 8 needs an sm_90 GPU)")
+    parser.add_argument("--tiles", help="--profile: the rung's tiles, WARPS,MT,BC (rungs 5-7) or BN (rung 8); "
+                        "default the first candidate")
     parser.add_argument("--bwd-tiles", help="--profile: the backward's tiles WARPS,BR (default: the first candidate)")
+    parser.add_argument("--compare-fast-math", metavar="FILE",
+                        help="only rung 8 with and without --use_fast_math, timed interleaved with FA2 at D = 128: "
+                        "the JSON to FILE")
     args = parser.parse_args()
     t0 = time.perf_counter()
+    if args.compare_fast_math:
+        return compare_fast_math(args.compare_fast_math, lambda msg: print(f"[{time.perf_counter() - t0:5.0f}s] "
+                                                                             f"{msg}", flush=True))
     if args.profile:
-        profile(args.profile, args.tiles, args.bwd_tiles)
+        profile(args.profile, args.tiles, args.bwd_tiles, args.rung)
         return 0
 
     def log(msg):
@@ -551,18 +707,26 @@ def main() -> int:
     resources = flash.resources()
     for name, r in resources.items():
         log(f"  {name}: {r}")
+    for rung, why in flash.skipped.items():
+        log(f"rung {rung}: {why}")
     tuning = tune(flash, log)  # first: the small sizes are then validated with the tiles the timings use
+    log("tuned")
     failures = validate_small(flash, rungs, (64, 128))
+    log("validated at the odd lengths")
     shapes = SHAPES[:1] if args.quick else SHAPES
     dtypes = ("bf16",) if args.quick else ("bf16", "fp16")
     import torch
 
     extra = dict(torch=torch.__version__,
                  validation={"small_failures": failures, "bound_c": BOUND_C, "lse_tol": LSE_TOL},
-                 compile_errors=flash.errors, rung5_tuning=tuning,
+                 compile_errors=flash.errors, compile_options=flash.options,
+                 skipped={f"{r}_{RUNG_NAMES[r]}": why for r, why in flash.skipped.items()}, rung5_tuning=tuning,
                  kernels={f"{r}_{RUNG_NAMES[r]}": fwd_kernel(r, "bf16", 128, flash.tiles.get(r, {}).get(128))
-                          for r in rungs}
-                 | {"bwd": list(bwd_kernels("bf16", 128, flash.bwd_tiles[128]))}, resources=resources)
+                          for r in rungs if r not in flash.skipped}
+                 | {"bwd": list(bwd_kernels("bf16", 128, flash.bwd_tiles[128]))},
+                 kernels_d64={f"{r}_{RUNG_NAMES[r]}": fwd_kernel(r, "bf16", 64, flash.tiles.get(r, {}).get(64))
+                              for r in rungs if r not in flash.skipped}
+                 | {"bwd": list(bwd_kernels("bf16", 64, flash.bwd_tiles[64]))}, resources=resources)
 
     def save(rows):
         if args.out:
