@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import fastdiv, nancanon
 from .inline_ptx import PtxError, rewrite_inline_ptx
-from .split import coroutines, split_enabled, split_kernels, split_spec_struct
+from .split import coroutines, match_close, split_enabled, split_kernels, split_spec_struct
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 INCLUDE_DIR = RUNTIME_DIR / "include"
@@ -238,19 +238,6 @@ def line_of(src: str, pos: int) -> tuple[int, int]:
     return line, col
 
 
-def _match_close(s: str, i: int, open_c: str, close_c: str) -> int:
-    """Index just after the bracket matching the one at s[i]."""
-    depth = 0
-    for j in range(i, len(s)):
-        if s[j] == open_c:
-            depth += 1
-        elif s[j] == close_c:
-            depth -= 1
-            if depth == 0:
-                return j + 1
-    return len(s)
-
-
 @dataclass
 class FuncDef:
     name: str
@@ -267,7 +254,7 @@ def _extern_c_blocks(s: str) -> list[tuple[int, int]]:
     blocks = []
     for m in re.finditer(r'extern\s*"C"\s*\{', s):
         b = m.end() - 1
-        blocks.append((b, _match_close(s, b, "{", "}")))
+        blocks.append((b, match_close(s, b, "{", "}")))
     return blocks
 
 
@@ -306,7 +293,7 @@ def find_functions(s: str, qualifier: str) -> list[FuncDef]:
         while j < len(s):
             lb = re.match(r"\s*(__launch_bounds__|__attribute__|__align__|alignas)\s*\(", s[j:])
             if lb:
-                j = _match_close(s, j + lb.end() - 1, "(", ")")
+                j = match_close(s, j + lb.end() - 1, "(", ")")
                 continue
             if s[j] in ";{}=":
                 break
@@ -317,7 +304,7 @@ def find_functions(s: str, qualifier: str) -> list[FuncDef]:
             j += 1
         if not name or j >= len(s) or s[j] != "(":
             continue
-        pe = _match_close(s, j, "(", ")")
+        pe = match_close(s, j, "(", ")")
         params = s[j + 1:pe - 1]
         k = pe
         while k < len(s) and s[k] in " \t\r\n":
@@ -325,7 +312,7 @@ def find_functions(s: str, qualifier: str) -> list[FuncDef]:
         # trailing qualifiers such as `const` or `noexcept` are not expected on kernels
         if k >= len(s) or s[k] != "{":
             continue
-        be = _match_close(s, k, "{", "}")
+        be = match_close(s, k, "{", "}")
         prefix_start = max(s.rfind(";", 0, m.start()), s.rfind("}", 0, m.start()), s.rfind("{", 0, m.start()))
         prefix = s[prefix_start + 1:m.start()]
         tail = s[m.end():j]

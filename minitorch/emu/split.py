@@ -62,7 +62,8 @@ def split_enabled(compiler_version: str) -> bool:
     return coroutines(compiler_version)
 
 
-def _close(s: str, i: int, open_c: str, close_c: str) -> int:
+def match_close(s: str, i: int, open_c: str, close_c: str) -> int:
+    """Index just after the bracket matching the one at s[i] (the compiler's scans use it too)."""
     depth = 0
     for j in range(i, len(s)):
         if s[j] == open_c:
@@ -114,7 +115,7 @@ def plan(stripped: str, f: Any, sync: set[str]) -> list[tuple[int, int, str]] | 
         return None
     lambdas = []
     for m in _LAMBDA.finditer(body):
-        lambdas.append((m.end() - 1, _close(body, m.end() - 1, "{", "}")))
+        lambdas.append((m.end() - 1, match_close(body, m.end() - 1, "{", "}")))
     if any(a <= m.start() < b for m in _BARRIER.finditer(body) for a, b in lambdas):
         return None
     # the declaration: extern "C" ... void name(params)
@@ -130,7 +131,7 @@ def plan(stripped: str, f: Any, sync: set[str]) -> list[tuple[int, int, str]] | 
     edits = [(head_lo + ext[0].start(), head_lo + ext[0].end(), "template <class __emu_V>"),
              (head_lo + void[0].start(), head_lo + void[0].end(), "__emu_split::task")]
     open_p = name_m.end() - 1
-    close_p = _close(stripped, open_p, "(", ")") - 1
+    close_p = match_close(stripped, open_p, "(", ")") - 1
     prologue = []
     const_params: set[str] = set()
     params = _params(stripped, open_p + 1, close_p)
@@ -263,7 +264,7 @@ def _scope_end(body: str, pos: int) -> int:
             depth += 1
         elif body[j] == "{":
             if depth == 0:
-                return _close(body, j, "{", "}")
+                return match_close(body, j, "{", "}")
             depth -= 1
     return len(body)
 
@@ -281,12 +282,12 @@ def _barrier_free_loops(body: str) -> list[tuple[int, int]]:
     for m in re.finditer(r"\bfor\s*\(", body):
         if m.start() < covered:
             continue
-        k = _close(body, m.end() - 1, "(", ")")
+        k = match_close(body, m.end() - 1, "(", ")")
         while k < len(body) and body[k] in " \t\r\n":
             k += 1
         if k >= len(body) or body[k] != "{":
             continue
-        end = _close(body, k, "{", "}")
+        end = match_close(body, k, "{", "}")
         if _NOT_IN_A_LAMBDA.search(body, m.start(), end):
             continue  # a loop inside it may still be held
         out.append((m.start(), end))
