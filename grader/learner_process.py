@@ -73,6 +73,11 @@ class LearnerProcessError(RuntimeError):
     """The learner process died, or sent something that is not a reply."""
 
 
+class UntimeableCallError(RuntimeError):
+    """A performance check whose timed call hands the learner's code what a fresh set cannot stand in for (a
+    Tensor): a fault of the check, never of the submission, raised before anything is timed."""
+
+
 class TransportError(TypeError):
     """A value that cannot travel between the judge and the learner process."""
 
@@ -1270,8 +1275,9 @@ last_timing: dict[str, Any] = {}  # the latest time_replayed's sets, and the sec
 
 def time_replayed(fn: Any, *, what: str, reps: int = 200) -> float | None:
     """Seconds one ``fn()`` takes on the device, by the judge's clock, while the learner's code runs in its own
-    process; None when `fn` calls none of the learner's code or passes it what a replay cannot copy (a Tensor:
-    the caller times `fn` itself).
+    process; None when `fn` calls none of the learner's code (the caller times `fn` itself: a framework copy).
+    UntimeableCallError when `fn` hands the learner's code a Tensor, which no fresh set can stand in for: every figure of
+    the learner's code is timed over fresh sets, so a check must pass arrays.
 
     `fn` (a performance check's ``lambda: gm.gemm(a, b, out)``) is called once, untimed: it compiles what it
     needs, and the judge notes the learner's calls it makes (launchers and kernels, with their arguments). Then
@@ -1343,13 +1349,11 @@ def time_replayed(fn: Any, *, what: str, reps: int = 200) -> float | None:
         collect(kwargs)
     if not found and not unsupported:
         return None
-    if unsupported:  # Tensors (their tapes) cannot be copied into fresh sets: the judge's clock around whole calls
-        _synchronize_any()
-        start = time.perf_counter()
-        for _ in range(5):
-            fn()
-        _synchronize_any()
-        return (time.perf_counter() - start) / 5
+    if unsupported:  # a Tensor (its tape) cannot be copied into a fresh set: no figure rather than a forgeable one
+        raise UntimeableCallError(
+            f"{what}: the performance check hands the learner's code {len(unsupported)} Tensor(s); the grader times "
+            "the learner's calls only over fresh sets of device arrays (a launcher could keep a result for inputs "
+            "it has seen), so a check must pass arrays (Tensor.data), not Tensors")
     global _timing_handles
     _timing_handles = {}  # every array of the timing lives until it returns: their handles stay valid
     try:

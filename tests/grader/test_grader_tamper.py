@@ -755,6 +755,29 @@ def test_replayed_timing_is_the_judges_on_fresh_inputs(learner):
     assert learner_process.time_replayed(lambda: None, what="nothing") is None  # no learner code: the caller times
 
 
+# A copy whose caller hands it a Tensor (its array as Tensor.data): a call no fresh set can stand in for
+TENSOR_COPY = """
+def copy_tensor(t, dst):
+    copy(t.data, dst)
+"""
+
+
+def test_a_timed_call_handed_a_tensor_is_refused_not_timed_whole(learner):
+    """A performance check that hands the learner's code a Tensor gets no figure (UntimeableCallError, before any timing):
+    timed whole on the same Tensor, a launcher that keeps its first result would pass (issue #27)."""
+    import minitorch
+    from minitorch import backend
+
+    learner_process, workspace = learner
+    (workspace / "memory.py").write_text(solution_sources()["memory.py"] + "\n" + TENSOR_COPY)
+    module = learner_process.load_module("memory.py")
+    t, dst = minitorch.from_numpy(np.arange(1000, dtype=np.float32)), backend.zeros(1000)
+    with pytest.raises(learner_process.UntimeableCallError, match=r"copy_tensor: .* 1 Tensor\(s\).* fresh sets"):
+        learner_process.time_replayed(lambda: module.copy_tensor(t, dst), what="copy_tensor", reps=4)
+    np.testing.assert_array_equal(backend.asnumpy(dst), np.arange(1000, dtype=np.float32))  # the call did run
+    assert learner_process.time_replayed(lambda: module.copy(t.data, dst), what="copy", reps=2) > 0  # arrays: timed
+
+
 # A copy of 16-bit floats (float16, or bfloat16's bits in uint16 arrays): honest, and one that hands back the first
 # result it made whenever the grader's timed replays call it (found by its caller's frame, as CACHE_WHEN_TIMED)
 HALF_CU = """
