@@ -79,10 +79,18 @@ def run_adam(cls: type, p0: np.ndarray, grads: list[np.ndarray], *, capture: boo
     return weights
 
 
+def as_given(x: Any) -> Any:
+    """`x` as the device was given it (float32), in float64."""
+    return np.asarray(x, np.float32).astype(np.float64) if isinstance(x, np.ndarray) else float(np.float32(x))
+
+
 def check_adam(got: np.ndarray, p0: np.ndarray, grads: list[np.ndarray], what: str, cls: type, **kw: Any) -> None:
     decoupled = cls is optim.AdamW
     betas, eps = kw.get("betas", BETAS), kw.get("eps", 1e-8)
-    ref = partial(reference_adam, p0, grads, kw["lr"], betas, eps, kw["weight_decay"])
+    # The float64 reference starts from the float32 values the kernels were given (weights, gradients, lr, betas,
+    # eps, wd), as their results can only depend on those (off_the_steep says where that mattered).
+    ref = partial(reference_adam, as_given(p0), [as_given(g) for g in grads], as_given(kw["lr"]),
+                  tuple(as_given(b) for b in betas), as_given(eps), as_given(kw["weight_decay"]))
     expected = ref(decoupled)
     try:
         checks.assert_close(got, expected, rtol=1e-5, atol=1e-6, what=what)
@@ -93,7 +101,9 @@ def check_adam(got: np.ndarray, p0: np.ndarray, grads: list[np.ndarray], what: s
         if kw["weight_decay"] and np.allclose(got, ref(not decoupled), rtol=1e-5, atol=1e-6):
             raise GradeError(f"{err}\n  these are {'Adam' if decoupled else 'AdamW'}'s values: decoupled = 1 "
                              f"(AdamW) shrinks the weight, decoupled = 0 (Adam) adds wd * p to the gradient") from None
-        default_eps = reference_adam(p0, grads, kw["lr"], betas, 1e-8, kw["weight_decay"], decoupled)
+        default_eps = reference_adam(as_given(p0), [as_given(g) for g in grads], as_given(kw["lr"]),
+                                     tuple(as_given(b) for b in betas), as_given(1e-8), as_given(kw["weight_decay"]),
+                                     decoupled)
         if eps != 1e-8 and np.allclose(got, default_eps, rtol=1e-5, atol=1e-6):
             raise GradeError(f"{err}\n  these are the values for eps = 1e-8, not the optimizer's eps = {eps:g}: "
                              f"pass eps (and the betas) through to the kernel") from None
@@ -105,6 +115,18 @@ def adam_case(n: int, steps: int, *salt: object) -> tuple[np.ndarray, list[np.nd
     return r.standard_normal(n), [r.standard_normal(n) * r.uniform(0.1, 3) for _ in range(steps)]
 
 
+def off_the_steep(p0: np.ndarray, grads: list[np.ndarray], weight_decay: float,
+                  decoupled: bool) -> list[np.ndarray]:
+    """`grads` with the first one moved where it nearly cancels (Adam: with wd * p) to |g| >= 1e-3. Adam's first
+    step moves a weight by lr * g / (|g| + eps): at |g| ~ 1e-7 that is steep, and a float32 kernel's rounding
+    alone (of its inputs, or of wd * p before the sum) moves the weight by 1e-5 to 1e-4, past any fair tolerance:
+    about one case in 3,000 failed an honest kernel so (an H200, 2026-11-27). A case off that slope tests the
+    formulas, not the rounding."""
+    first = grads[0] + (0.0 if decoupled else weight_decay) * p0
+    steep = np.abs(first) < 1e-3
+    return [np.where(steep, grads[0] + np.where(first < 0, -2e-3, 2e-3), grads[0]), *grads[1:]]
+
+
 @ADAM
 @pytest.mark.parametrize("hyper", list(HYPER))
 @pytest.mark.parametrize("cls", [optim.Adam, optim.AdamW], ids=["Adam", "AdamW"])
@@ -112,8 +134,9 @@ def adam_case(n: int, steps: int, *salt: object) -> tuple[np.ndarray, list[np.nd
 @pytest.mark.hint("m = b1*m + (1-b1)*g, v = b2*v + (1-b2)*g*g, p -= lr * (m / bias[0]) / (sqrt(v / bias[1]) + eps); "
                   "AdamW shrinks p by lr*wd*p first, Adam adds wd*p to g; lr, betas, eps and wd are the optimizer's")
 def test_adam_matches_float64_reference(cls, n, hyper):
-    p0, grads = adam_case(n, 6, cls.__name__, hyper)
     kw = HYPER[hyper]
+    p0, grads = adam_case(n, 6, cls.__name__, hyper)
+    grads = off_the_steep(p0, grads, kw["weight_decay"], cls is optim.AdamW)
     got = run_adam(cls, p0, grads, **kw)
     check_adam(got, p0, grads, f"{cls.__name__}({', '.join(f'{k}={v}' for k, v in kw.items())}) on {n} weights "
                f"after {len(grads)} steps", cls, **kw)
@@ -143,6 +166,7 @@ def test_adam_captured_step_replays_exactly(cls):
     """n replays of one captured opt.step() = n eager steps = the float64 reference."""
     p0, grads = adam_case(257, 7, "capture", cls.__name__)
     kw = dict(lr=0.01, weight_decay=0.1)
+    grads = off_the_steep(p0, grads, kw["weight_decay"], cls is optim.AdamW)
     try:
         replayed = run_adam(cls, p0, grads, capture=True, **kw)
     except GradeError:

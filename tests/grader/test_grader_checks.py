@@ -205,3 +205,46 @@ def test_value_checks_fail_as_wrong_values_in_words_that_survive_a_re_raise():
         checks.assert_bitwise_equal(np.ones(3, np.float32), np.zeros(3, np.float32))
     for err in (close, bitwise):
         assert any(w in str(err.value) for w in checks.WRONG_VALUES_WORDS), err.value
+
+
+def _float32_adam(p0: np.ndarray, grads: list[np.ndarray], lr: float, wd: float, *, fused: bool = False) -> np.ndarray:
+    """Adam with L2 weight decay in float32, as a kernel computes it from the float32 values it is given; `fused`:
+    g + wd * p rounded once (a GPU's fused multiply-add), else the product rounded first (the emulator on x86)."""
+    f32 = np.float32
+    p, m, v = p0.astype(f32), np.zeros(p0.size, f32), np.zeros(p0.size, f32)
+    for t, g in enumerate(grads, start=1):
+        g = (g.astype(f32) + np.float64(f32(wd)) * p).astype(f32) if fused else g.astype(f32) + f32(wd) * p
+        m, v = f32(0.9) * m + f32(0.1) * g, f32(0.999) * v + f32(0.001) * g * g
+        c1, c2 = f32(1 - 0.9**t), f32(1 - 0.999**t)
+        p = p - f32(lr) * (m / c1) / (np.sqrt(v / c2) + f32(1e-8))
+    return p
+
+
+def test_adam_cases_are_off_the_steep_slope_of_the_first_step(monkeypatch):
+    """Phase 5's Adam check on a case whose first gradient nearly cancels its weight decay at one weight
+    (|g + wd*p| ~ 1e-7, where g / (|g| + eps) is steep): as drawn, a float32 Adam fails it at that weight (an
+    honest kernel failed so on an H200, 2026-11-27); moved off the slope (off_the_steep), it passes, with or
+    without a fused multiply-add, and a weight off by 3e-5 still fails."""
+    from pathlib import Path
+
+    from minitorch import optim
+
+    monkeypatch.syspath_prepend(str(Path(checks.__file__).parent / "tests"))  # the graded tests' own helpers
+    from grader.tests.test_phase5_training import check_adam, off_the_steep
+
+    r = np.random.default_rng(1880)  # drawn as the grader draws: weight 2868 is on the slope
+    p0 = r.standard_normal(4099)
+    grads = [r.standard_normal(4099) * r.uniform(0.1, 3) for _ in range(6)]
+    kw = dict(lr=0.01, weight_decay=0.1)
+    with pytest.raises(checks.GradeError, match="first bad index 2868"):
+        check_adam(_float32_adam(p0, grads, 0.01, 0.1), p0, grads, "as drawn", optim.Adam, **kw)
+    moved = off_the_steep(p0, grads, 0.1, decoupled=False)
+    changed = np.flatnonzero(moved[0] != grads[0])
+    assert 2868 in changed and changed.size < 41 and np.all(np.abs(moved[0] + 0.1 * p0) >= 1e-3)  # under 1%
+    grads = moved
+    for fused in (False, True):
+        got = _float32_adam(p0, grads, 0.01, 0.1, fused=fused)
+        check_adam(got, p0, grads, "off the slope", optim.Adam, **kw)
+    got[7] += 3e-5
+    with pytest.raises(checks.GradeError, match="1 of 4099 values differ"):
+        check_adam(got, p0, grads, "off by 3e-5 at one weight", optim.Adam, **kw)
