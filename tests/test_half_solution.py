@@ -68,7 +68,8 @@ def test_the_labs_hgemm_serves_matmul_and_autocast(device, fmt, ta, tb):
     kernels.reset_launch_counts()
     with amp.autocast(fmt):
         c = ops.matmul(a, b, transpose_a=ta, transpose_b=tb)
-    assert c.dtype == minitorch.float32 and _launched("hgemm.cu")
+    # the lab's tensor-core files: on Hopper, a product whose stored rows are multiples of 8 goes to rung 6
+    assert c.dtype == minitorch.float32 and (_launched("hgemm.cu") or _launched("hgemm_wgmma.cu"))
     # the grader's bound (2·K·2⁻²⁴·Σ|a||b|): it holds whatever order and width the tensor cores add in
     bound = 2 * k * 2.0 ** -24 * scale
     assert np.all(np.abs(c.numpy() - exact) <= bound + 1e-30)
