@@ -79,7 +79,8 @@ def _tuned_rung_on_emu(workspace):
     assert cv.best("forward", resnet, 1) == "winograd"
     assert cv.best("weight", resnet, 1) == "direct"
     assert cv.best("input", resnet, 1) == cv.default_variant("input", resnet, 1) == "winograd4"
-    assert cv.best("forward", five, 1) == cv.default_variant("forward", five, 1) == "tiled"
+    # a small layer on the emulator: rung 7 (on a GPU, rung 3)
+    assert cv.best("forward", five, 1) == cv.default_variant("forward", five, 1) == "regtile"
     assert not cv.applicable("forward", "winograd", five, 1)
 
 
