@@ -53,7 +53,8 @@ def test_best_runs_the_fastest_measured_rung(path, monkeypatch):
 
 def test_the_emulator_runs_rung_7_on_small_layers_and_the_gpu_does_not(monkeypatch):
     """default_variant on the emulator: every pass of MNIST's two layers on regtile (rung 7), which the emulator
-    runs 3 to 6 times faster than the GPU's choices (benchmarks/results/emu_speed-*.json); a layer above BIG_FLOPS
+    runs 2 to 10 times faster than the next rung (benchmarks/results/phase6_conv_regtile-*.json), but the input's
+    gradient of the 1-channel layer (rung 7 would fill 1 of its 8 channels; direct wins); a layer above BIG_FLOPS
     and a pass rung 7 cannot compute (the input's gradient at stride 2) keep the GPU's rule; on a GPU nothing
     changes. regtile_chunks covers the N*P*Q positions exactly once on both."""
     cv = conv_module()
@@ -65,7 +66,8 @@ def test_the_emulator_runs_rung_7_on_small_layers_and_the_gpu_does_not(monkeypat
         for shape in mnist:
             for kind in ("forward", "input", "weight"):
                 chosen = cv.default_variant(kind, shape, 1)
-                assert (chosen == "regtile") == (device == "emu"), (device, kind, shape, chosen)
+                one_channel = kind == "input" and shape[1] == 1  # 1 of its 8 channels: not where it wins
+                assert (chosen == "regtile") == (device == "emu" and not one_channel), (device, kind, shape, chosen)
         assert cv.default_variant("forward", resnet, 1) == "winograd4"
         assert cv.default_variant("input", strided, 2) != "regtile"
         for shape in [*mnist, resnet, cv.conv_shape((1, 1, 1, 1), (1, 1, 1, 1), 1, 0)]:
