@@ -222,6 +222,32 @@ def _conv(function: str) -> Callable:
             expected = np.stack([dys[:, z * chunk:(z + 1) * chunk] @ cols[:, z * chunk:(z + 1) * chunk].T
                                  for z in range(chunks)])
             return backend.asnumpy(partial), expected
+        if function == "conv2d_regtile" and n % 2 == 0:  # the forward: 4 positions x 8 channels a thread
+            y = _poison((nb, k, p, q))
+            launch(((nb * p * q + 511) // 512, (k + 7) // 8), (128,),
+                   (_dev(x), _dev(w), _dev(b), y, *sizes, np.int32(0)))
+            return backend.asnumpy(y), _ref_conv(x, w, stride, pad) + b[None, :, None, None]
+        if function == "conv2d_regtile":  # flip = 1: the input's gradient at stride 1, dy with w rotated
+            p, q = h + 2 * pad - r + 1, wd + 2 * pad - r + 1
+            dy = ints(nb, k, p, q)
+            dx = _poison((nb, c, h, wd))
+            flipped = tuple(np.int32(v) for v in (nb, k, p, q, c, r, r, 1, r - 1 - pad, h, wd, 1))
+            launch(((nb * h * wd + 511) // 512, (c + 7) // 8), (128,),
+                   (_dev(dy), _dev(w), _dev(np.zeros(c, np.float32)), dx, *flipped))
+            return backend.asnumpy(dx), _ref_backward_input(dy, w, x.shape, 1, pad)
+        if function == "conv2d_backward_weight_regtile":
+            xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+            win = np.lib.stride_tricks.sliding_window_view(xp, (r, r), axis=(2, 3))[:, :, ::stride, ::stride]
+            cols = win.transpose(1, 4, 5, 0, 2, 3).reshape(c * r * r, nb * p * q)
+            dys = dy.astype(np.float64).transpose(1, 0, 2, 3).reshape(k, nb * p * q)
+            chunk = 13  # several chunks, some shorter than the block: one partial sum each
+            chunks = (nb * p * q + chunk - 1) // chunk
+            partial = _poison((chunks, k, c * r * r))
+            launch(((c * r * r + 7) // 8, (k + 7) // 8, chunks), (64,),
+                   (_dev(x), _dev(dy), partial, *sizes, np.int32(chunk)))
+            expected = np.stack([dys[:, z * chunk:(z + 1) * chunk] @ cols[:, z * chunk:(z + 1) * chunk].T
+                                 for z in range(chunks)])
+            return backend.asnumpy(partial), expected
         if function == "splitk_reduce":
             parts = ints(n % 4 + 1, k * c + 5)
             out = _poison(parts.shape[1])
@@ -234,7 +260,7 @@ def _conv(function: str) -> Callable:
 CONV_KERNELS = ("conv2d_direct", "im2col", "gemm_to_nchw", "nchw_to_gemm", "col2im", "conv2d_tiled",
                 "conv2d_backward_input", "conv2d_backward_weight", "conv2d_backward_weight_tiled", "conv2d_bias_grad",
                 "conv2d_igemm", "conv2d_backward_input_igemm", "conv2d_backward_input_tiled",
-                "conv2d_backward_weight_igemm", "splitk_reduce")
+                "conv2d_backward_weight_igemm", "conv2d_backward_weight_regtile", "conv2d_regtile", "splitk_reduce")
 
 # Winograd F(2x2, 3x3) (conv.cu's rung 5): with small integers every transform is exact (the filter's halves
 # and quarters included), and so is the batched GEMM.

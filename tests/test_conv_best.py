@@ -25,8 +25,9 @@ def conv_module() -> types.ModuleType:
 
 
 @pytest.mark.parametrize("path", sorted(RESULTS.glob("phase6_conv-*.json")), ids=lambda p: p.stem)
-def test_best_runs_the_fastest_measured_rung(path):
+def test_best_runs_the_fastest_measured_rung(path, monkeypatch):
     cv = conv_module()
+    monkeypatch.setattr(cv.backend, "get_device", lambda: "cuda")  # the GPU's rule (the emulator has its own)
     rows = [r for r in json.loads(path.read_text())["results"] if r["kind"] == "conv" and r["pass"] in PASSES]
     cases = {(r["shape"], r["pass"]) for r in rows}
     assert cases, f"{path.name} has no convolution measurements"
@@ -48,6 +49,31 @@ def test_best_runs_the_fastest_measured_rung(path):
             f"{shape_name} {pass_}: best() runs {chosen} ({rungs[chosen]['ratio']:.3f}x cuDNN) where {fastest} "
             f"measured {rungs[fastest]['ratio']:.3f}x")
     assert checked or not unmeasured, f"{path.name}: best() runs rungs this file never measured: {unmeasured}"
+
+
+def test_the_emulator_runs_rung_7_on_small_layers_and_the_gpu_does_not(monkeypatch):
+    """default_variant on the emulator: every pass of MNIST's two layers on regtile (rung 7), which the emulator
+    runs 2 to 10 times faster than the next rung (benchmarks/results/phase6_conv_regtile-*.json), but the input's
+    gradient of the 1-channel layer (rung 7 would fill 1 of its 8 channels; direct wins); a layer above BIG_FLOPS
+    and a pass rung 7 cannot compute (the input's gradient at stride 2) keep the GPU's rule; on a GPU nothing
+    changes. regtile_chunks covers the N*P*Q positions exactly once on both."""
+    cv = conv_module()
+    mnist = [cv.conv_shape((64, 1, 28, 28), (8, 1, 3, 3), 1, 1), cv.conv_shape((64, 8, 14, 14), (16, 8, 3, 3), 1, 1)]
+    resnet = cv.conv_shape((64, 64, 56, 56), (64, 64, 3, 3), 1, 1)
+    strided = cv.conv_shape((2, 3, 9, 9), (4, 3, 3, 3), 2, 1)
+    for device in ("emu", "cuda"):
+        monkeypatch.setattr(cv.backend, "get_device", lambda device=device: device)
+        for shape in mnist:
+            for kind in ("forward", "input", "weight"):
+                chosen = cv.default_variant(kind, shape, 1)
+                one_channel = kind == "input" and shape[1] == 1  # 1 of its 8 channels: not where it wins
+                assert (chosen == "regtile") == (device == "emu" and not one_channel), (device, kind, shape, chosen)
+        assert cv.default_variant("forward", resnet, 1) == "winograd4"
+        assert cv.default_variant("input", strided, 2) != "regtile"
+        for shape in [*mnist, resnet, cv.conv_shape((1, 1, 1, 1), (1, 1, 1, 1), 1, 0)]:
+            n, c, h, w, k, r, s, p, q = shape
+            chunk, chunks = cv.regtile_chunks(shape)
+            assert chunk * chunks >= n * p * q > chunk * (chunks - 1) and chunks <= 65535, (device, shape)
 
 
 def test_best_runs_the_tuned_rung_of_this_device_and_shape(workspace):
@@ -79,7 +105,8 @@ def _tuned_rung_on_emu(workspace):
     assert cv.best("forward", resnet, 1) == "winograd"
     assert cv.best("weight", resnet, 1) == "direct"
     assert cv.best("input", resnet, 1) == cv.default_variant("input", resnet, 1) == "winograd4"
-    assert cv.best("forward", five, 1) == cv.default_variant("forward", five, 1) == "tiled"
+    # a small layer on the emulator: rung 7 (on a GPU, rung 3)
+    assert cv.best("forward", five, 1) == cv.default_variant("forward", five, 1) == "regtile"
     assert not cv.applicable("forward", "winograd", five, 1)
 
 

@@ -54,13 +54,13 @@ def test_todo_stubs_left_are_named_by_function_and_line(workspace):
     source = _lab_conv_cu().replace(kernels.TODO_DEFINE + "\n", "", 1)
     assert not kernels.stubs_compile(source)
     stubs = kernels.todo_stubs(source)
-    assert [f for _, f in stubs][:3] == ["conv2d_direct", "im2col", "gemm_to_nchw"] and len(stubs) == 22
+    assert [f for _, f in stubs][:3] == ["conv2d_direct", "im2col", "gemm_to_nchw"] and len(stubs) == 24
     first = source.splitlines()[stubs[0][0] - 1]
     written = source.replace(first, "    y[i] = 0.0f;  // (a learner's attempt)", 1)
     with pytest.raises(kernels.KernelStubError) as err:
         kernels.write_source("conv.cu", written)
     message = str(err.value)
-    assert "21 TODO stubs" in message and "conv2d_direct" not in message
+    assert "23 TODO stubs" in message and "conv2d_direct" not in message
     assert f"im2col (line {stubs[1][0]})" in message and "conv2d_bias_grad (line" in message
     assert not (workspace / "conv.cu").exists()
     shown = err.value._render_traceback_()

@@ -24,12 +24,12 @@ from minitorch import backend, kernels
 ON_GPU = backend.get_device() == "cuda"
 EPS32 = float(np.finfo(np.float32).eps)
 FORWARD = {"direct": "conv2d_direct", "im2col": "im2col", "tiled": "conv2d_tiled", "igemm": "conv2d_igemm",
-           "winograd": "winograd_gemm", "winograd4": "winograd4_input"}
+           "winograd": "winograd_gemm", "winograd4": "winograd4_input", "regtile": "conv2d_regtile"}
 BACKWARD_INPUT = {"direct": "conv2d_backward_input", "im2col": "col2im", "tiled": "conv2d_backward_input_tiled",
                   "igemm": "conv2d_backward_input_igemm",
-                  "winograd": "winograd_filter", "winograd4": "winograd4_filter"}
+                  "winograd": "winograd_filter", "winograd4": "winograd4_filter", "regtile": "conv2d_regtile"}
 BACKWARD_WEIGHT = {"direct": "conv2d_backward_weight", "im2col": "im2col", "tiled": "conv2d_backward_weight_tiled",
-                   "igemm": "conv2d_backward_weight_igemm"}
+                   "igemm": "conv2d_backward_weight_igemm", "regtile": "conv2d_backward_weight_regtile"}
 # Winograd F(2x2, 3x3): U = G g G^T, V = B^T d B, Y = A^T M A (conv.cu's comment)
 WINOGRAD_G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]])
 WINOGRAD_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], dtype=np.float64)
@@ -306,6 +306,11 @@ def test_conv_backward_input_values(variant, shape):
                             lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant), ValueError,
                             "stride")
         return
+    if variant == "regtile" and not (stride == 1 and r == s and pad < r):
+        checks.expect_error(f"{what} (the input's rung 7 computes stride 1, square filters)",
+                            lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant), ValueError,
+                            "regtile")
+        return
     checks.reset_launches()
     on_device(what, lambda: conv().conv2d_backward_input(dy, wt, dx, stride, pad, variant))
     if variant in BACKWARD_INPUT:
@@ -367,7 +372,8 @@ def test_conv_bias_grad_values(dy_shape):
 @pytest.mark.parametrize("kernel", ["conv2d_tiled", "conv2d_backward_weight_tiled", "conv2d_backward_weight",
                                     "conv2d_bias_grad", "conv2d_igemm", "conv2d_backward_input_igemm",
                                     "conv2d_backward_input_tiled",
-                                    "conv2d_backward_weight_igemm", "winograd_gemm"])
+                                    "conv2d_backward_weight_igemm", "conv2d_backward_weight_regtile",
+                                    "winograd_gemm"])
 @pytest.mark.hint("a barrier after a tile is stored and before it is read, another before it is overwritten",
                   on="fault")
 def test_conv_kernels_have_no_shared_memory_race(kernel):
@@ -403,8 +409,8 @@ def test_conv_kernels_have_no_shared_memory_race(kernel):
             launch_checked(what, lambda: conv().conv2d_bias_grad(dy, out))
         else:
             out = checks.poison(w_h.shape)
-            variant = {"conv2d_backward_weight_tiled": "tiled", "conv2d_backward_weight_igemm": "igemm"}.get(
-                kernel, "direct")
+            variant = {"conv2d_backward_weight_tiled": "tiled", "conv2d_backward_weight_igemm": "igemm",
+                       "conv2d_backward_weight_regtile": "regtile"}.get(kernel, "direct")
             launch_checked(what, lambda: conv().conv2d_backward_weight(x, dy, out, stride, pad, variant))
         require(kernel, what)
 
@@ -438,8 +444,10 @@ def test_conv_launcher_rejects_bad_arguments():
 
 
 @pytest.mark.parametrize("call", ["forward-direct", "forward-im2col", "forward-tiled", "forward-igemm",
-                                  "forward-winograd", "forward-winograd4", "input-direct", "input-im2col",
-                                  "input-tiled", "input-igemm", "input-winograd", "input-winograd4", "weight-direct", "weight-tiled", "weight-igemm", "bias"])
+                                  "forward-winograd", "forward-winograd4", "forward-regtile", "input-direct",
+                                  "input-im2col", "input-tiled", "input-igemm", "input-winograd", "input-winograd4",
+                                  "input-regtile", "weight-direct", "weight-tiled", "weight-igemm",
+                                  "weight-regtile", "bias"])
 @pytest.mark.hint("compute the result with your kernels, on the device: no NumPy/CuPy/PyTorch result copied in "
                   "after the launch")
 def test_conv_results_come_from_your_kernels(call):

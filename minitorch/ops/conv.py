@@ -3,8 +3,8 @@ bias. A cross-correlation, as in PyTorch: x (N, C, H, W), w (K, C, R, S), b (K,)
 
 On cpu the reference is NumPy in the tensors' dtype (float64 for gradient checks), through a view of the
 input's windows; on cuda/emu the learner's ``conv.py`` launchers, whose ``variant`` ("direct", "im2col",
-"tiled", "igemm", "winograd", "winograd4" (3 x 3 at stride 1) or "best") picks the rung of the ladder; a rung a pass
-or a shape does not have is refused by the launcher, naming why.
+"tiled", "igemm", "winograd", "winograd4" (3 x 3 at stride 1), "regtile" (small layers) or "best") picks the
+rung of the ladder; a rung a pass or a shape does not have is refused by the launcher, naming why.
 
 Inside ``minitorch.amp.autocast`` (or with ``compute_dtype=``) the three passes are Phase 6's im2col rung
 with its product on the tensor cores: the learner's ``im2col`` / ``nchw_to_gemm`` / ``col2im`` /
@@ -26,7 +26,7 @@ from minitorch.ops.linalg import matmul, product_dtype, tensor_core_bmm
 from minitorch.ops.reduce import bias_grad
 from minitorch.tensor import DTYPE, Tensor
 
-VARIANTS = ("direct", "im2col", "tiled", "igemm", "winograd", "winograd4", "best")
+VARIANTS = ("direct", "im2col", "tiled", "igemm", "winograd", "winograd4", "regtile", "best")
 
 
 def _int(op: str, name: str, value: object, low: int) -> int:
