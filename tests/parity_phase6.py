@@ -117,6 +117,17 @@ def _ref_backward_input(dy: np.ndarray, w: np.ndarray, x_shape, stride: int, pad
     return dxp[:, :, pad:pad + h, pad:pad + wd]
 
 
+def _ref_weight_partials(x: np.ndarray, dy: np.ndarray, r: int, stride: int, pad: int, chunk: int) -> np.ndarray:
+    """The weight gradient's partial sums, one per chunk of `chunk` positions of N*P*Q: (chunks, K, C*R*R)."""
+    c, k = x.shape[1], dy.shape[1]
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (r, r), axis=(2, 3))[:, :, ::stride, ::stride]
+    cols = win.transpose(1, 4, 5, 0, 2, 3).reshape(c * r * r, -1)
+    dys = dy.astype(np.float64).transpose(1, 0, 2, 3).reshape(k, -1)
+    chunks = (dys.shape[1] + chunk - 1) // chunk
+    return np.stack([dys[:, z * chunk:(z + 1) * chunk] @ cols[:, z * chunk:(z + 1) * chunk].T for z in range(chunks)])
+
+
 def _conv(function: str) -> Callable:
     def case(n: int, rng: np.random.Generator):
         nb, c, h, wd, k, r, stride, pad = _conv_shape(n)
@@ -210,17 +221,11 @@ def _conv(function: str) -> Callable:
             launch(((nb * h * wd + 127) // 128, (c + 63) // 64), (256,), (_dev(dy), _dev(w), dx, *sizes))
             return backend.asnumpy(dx), _ref_backward_input(dy, w, x.shape, stride, pad)
         if function == "conv2d_backward_weight_igemm":
-            xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-            win = np.lib.stride_tricks.sliding_window_view(xp, (r, r), axis=(2, 3))[:, :, ::stride, ::stride]
-            cols = win.transpose(1, 4, 5, 0, 2, 3).reshape(c * r * r, nb * p * q)
-            dys = dy.astype(np.float64).transpose(1, 0, 2, 3).reshape(k, nb * p * q)
             chunk = 16  # several chunks: one partial sum each
-            chunks = (nb * p * q + chunk - 1) // chunk
-            partial = _poison((chunks, k, c * r * r))
-            launch(((c * r * r + 63) // 64, (k + 63) // 64, chunks), (256,),
+            expected = _ref_weight_partials(x, dy, r, stride, pad, chunk)
+            partial = _poison(expected.shape)
+            launch(((c * r * r + 63) // 64, (k + 63) // 64, len(expected)), (256,),
                    (_dev(x), _dev(dy), partial, *sizes, np.int32(chunk)))
-            expected = np.stack([dys[:, z * chunk:(z + 1) * chunk] @ cols[:, z * chunk:(z + 1) * chunk].T
-                                 for z in range(chunks)])
             return backend.asnumpy(partial), expected
         if function == "conv2d_regtile" and n % 2 == 0:  # the forward: 4 positions x 8 channels a thread
             y = _poison((nb, k, p, q))
@@ -236,17 +241,11 @@ def _conv(function: str) -> Callable:
                    (_dev(dy), _dev(w), _dev(np.zeros(c, np.float32)), dx, *flipped))
             return backend.asnumpy(dx), _ref_backward_input(dy, w, x.shape, 1, pad)
         if function == "conv2d_backward_weight_regtile":
-            xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-            win = np.lib.stride_tricks.sliding_window_view(xp, (r, r), axis=(2, 3))[:, :, ::stride, ::stride]
-            cols = win.transpose(1, 4, 5, 0, 2, 3).reshape(c * r * r, nb * p * q)
-            dys = dy.astype(np.float64).transpose(1, 0, 2, 3).reshape(k, nb * p * q)
             chunk = 13  # several chunks, some shorter than the block: one partial sum each
-            chunks = (nb * p * q + chunk - 1) // chunk
-            partial = _poison((chunks, k, c * r * r))
-            launch(((c * r * r + 7) // 8, (k + 7) // 8, chunks), (64,),
+            expected = _ref_weight_partials(x, dy, r, stride, pad, chunk)
+            partial = _poison(expected.shape)
+            launch(((c * r * r + 7) // 8, (k + 7) // 8, len(expected)), (64,),
                    (_dev(x), _dev(dy), partial, *sizes, np.int32(chunk)))
-            expected = np.stack([dys[:, z * chunk:(z + 1) * chunk] @ cols[:, z * chunk:(z + 1) * chunk].T
-                                 for z in range(chunks)])
             return backend.asnumpy(partial), expected
         if function == "splitk_reduce":
             parts = ints(n % 4 + 1, k * c + 5)
