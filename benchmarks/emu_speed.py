@@ -13,7 +13,8 @@ Measures, on the emulator (no GPU), with the reference solution files of every l
   60,000 training images (937 steps); with ``--full-epoch`` the whole epoch is timed, else it is the step time
   times 937 (``epoch_from_steps`` says how many steps were timed);
 - ``gpt``: one training step of the Phase 7 deliverable (the lab's GPT: 2 layers, 4 heads, d_model 64, context
-  64, batch 64; AdamW, clipping; captured) and of the lab's reduced emulator configuration.
+  64, batch 64; AdamW, clipping; captured) and of the lab's reduced emulator configuration; with 1 worker the row
+  also gives where the step's time goes, by kernel (``kernels``, as the MNIST row).
 
 Every measurement runs with each worker count of ``--workers`` (default ``1,2``: one thread, and one per core of a
 2-core machine). Each row gives ``seconds`` (wall clock, the best of the rounds) and ``cpu_seconds`` (CPU time of
@@ -276,9 +277,12 @@ def gpt_row(workers: int, steps: int, name: str, cfg: dict) -> dict:
     cpu, start = time.process_time(), time.perf_counter()
     run(steps)
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    return {"kind": "gpt", "config": name, **cfg, "workers": workers, "step_seconds": wall / steps,
-            "step_cpu_seconds": cpu / steps, "launches_per_step": captured.launches, "steps_timed": steps,
-            **specialize_wait}
+    row = {"kind": "gpt", "config": name, **cfg, "workers": workers, "step_seconds": wall / steps,
+           "step_cpu_seconds": cpu / steps, "launches_per_step": captured.launches, "steps_timed": steps,
+           **specialize_wait}
+    if workers == 1:
+        row["kernels"] = kernel_profile(captured._launches, rounds=1)
+    return row
 
 
 def _specialize_now() -> dict:
