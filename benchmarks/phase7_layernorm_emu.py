@@ -6,7 +6,9 @@ row, shuffles and, in the backward, shared memory and barriers: fibers on the em
 row, then a thread a column for the parameter gradients' partial sums: plain loops) is captured as a graph of its
 launches and timed as emu_speed.py times the GPT step: the CPU time of this thread (1 worker), the best of
 ``--rounds``, after the emulator has compiled the launches for their integer arguments (specialize_now). Each row
-also gives the time by kernel (emu_speed.kernel_profile). Writes
+also gives the time by kernel (emu_speed.kernel_profile). With ``--gpt-steps N`` the whole step of the lab's GPT
+(emu_speed.py's ``gpt`` row, 1 worker) is timed too, once with each variant as what "best" runs (layernorm.py's
+default_variant replaced; launch plans cleared): the step's CPU time and its LayerNorm kernels'. Writes
 ``benchmarks/results/phase7_layernorm_emu-<device>.json`` (``--out`` for another directory) with the machine's load
 average before and after.
 """
@@ -44,6 +46,35 @@ def captured(lm, variant: str, pass_: str):
     return graph.capture(lambda: lm.layernorm_backward(g, x, w, mean, rstd, dx, dw, db, variant=variant))
 
 
+def gpt_steps(lm, steps: int) -> list[dict]:
+    """emu_speed.py's GPT row (the lab's full configuration, 1 worker) with each variant as "best", in the order
+    warp, thread, thread, warp (a machine that other programs share drifts: each variant runs early and late)."""
+    from emu_speed import GPT_FULL, gpt_row
+
+    from minitorch import plans
+
+    found = []
+    default = lm.default_variant
+    try:
+        for order, variant in enumerate(("warp", "thread", "thread", "warp")):
+            lm.default_variant = lambda variant=variant: variant
+            plans.clear()  # plans recorded with the other variant's launches
+            load = os.getloadavg()[0]
+            row = gpt_row(1, steps, "lab (full)", GPT_FULL)
+            layernorm = [k for k in row["kernels"] if k["kernel"].startswith("layernorm_")]
+            found.append({"variant": variant, "kind": "gpt step", "order": order, **{k: row[k] for k in (
+                "step_seconds", "step_cpu_seconds", "steps_timed", "launches_per_step")}, "load_average_before": load,
+                "kernels_cpu_seconds": sum(k["cpu_seconds"] for k in row["kernels"]),
+                "layernorm_cpu_seconds": sum(k["cpu_seconds"] for k in layernorm), "layernorm_kernels": layernorm})
+            print(f"{variant:6s} GPT step {row['step_cpu_seconds']:.3f} s CPU (its launches one by one: "
+                  f"{found[-1]['kernels_cpu_seconds']:.3f} s), LayerNorm's kernels "
+                  f"{found[-1]['layernorm_cpu_seconds']:.3f} s", flush=True)
+    finally:
+        lm.default_variant = default
+        plans.clear()
+    return found
+
+
 def best_cpu_seconds(fn, rounds: int) -> float:
     best = float("inf")
     for _ in range(rounds):
@@ -57,10 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds, the best kept (default 3)")
     parser.add_argument("--out", help="directory for the JSON (default: benchmarks/results)")
+    parser.add_argument("--gpt-steps", type=int, default=0, help="also time N steps of the lab's GPT with each "
+                                                                 "variant (default 0: not)")
     args = parser.parse_args(argv)
     os.environ["MINITORCH_WORKSPACE"] = tempfile.mkdtemp(prefix="minitorch-bench-")
     os.environ["MINITORCH_PHASE"] = "phase7"
-    from emu_speed import kernel_profile
+    from emu_speed import LABS, kernel_profile
 
     import minitorch
     from minitorch import emu
@@ -68,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     from minitorch.kernels import load_module, write_source
 
     minitorch.set_device("emu")
-    for lab in ("phase1_memory", "phase7_gpt"):
+    for lab in LABS:  # every lab's files: the GPT step runs on all of them
         for name, text in solution_sources(f"{lab}.ipynb").items():
             write_source(name, text)
     lm = load_module("layernorm.py")
@@ -89,8 +122,11 @@ def main(argv: list[str] | None = None) -> int:
                          "kernels": kernel_profile(g._launches, rounds=args.rounds)})
             print(f"{variant:6s} {pass_:8s} {seconds * 1e3:8.2f} ms CPU a launch "
                   f"({seconds * LAUNCHES_PER_STEP:.3f} s a GPT step)", flush=True)
+        if args.gpt_steps:
+            rows += gpt_steps(lm, args.gpt_steps)
     for pass_ in ("forward", "backward"):
-        warp, thread = (next(r for r in rows if r["variant"] == v and r["pass"] == pass_) for v in ("warp", "thread"))
+        warp, thread = (next(r for r in rows if r["variant"] == v and r.get("pass") == pass_)
+                        for v in ("warp", "thread"))
         thread["speedup_over_warp"] = warp["cpu_seconds"] / thread["cpu_seconds"]
     import common
 
