@@ -191,6 +191,35 @@ def test_eps_outside_the_square_root_and_a_result_overwritten_from_the_host_are_
     assert replay["result"] == "FAIL" and HOST_COPY in replay["reason"], replay
 
 
+def test_careless_thread_kernels_of_layernorm_are_rejected(tmp_path):
+    """The thread-a-row kernels (what the launcher runs on the emulator), written carelessly:
+    - layernorm_forward_thread's variance in one pass, E[x^2] - mean^2: every digit lost when the mean is large
+      (the warp kernels, right, pass the same checks);
+    - layernorm_param_partials sums every chunk from row 0: the parameter gradients miss most rows."""
+    files = solution_sources()
+    files["layernorm.cu"] = replace_in(files["layernorm.cu"], 'extern "C" __global__ void layernorm_forward_thread',
+                                       "            const float d = xr[c] - m;\n            q += d * d;\n",
+                                       "            q += xr[c] * xr[c];\n")
+    files["layernorm.cu"] = replace_in(files["layernorm.cu"], 'extern "C" __global__ void layernorm_forward_thread',
+                                       RSTD_THREAD, "const float r = 1.0f / sqrtf(q / cols - m * m + eps);")
+    files["layernorm.cu"] = replace_in(files["layernorm.cu"], 'extern "C" __global__ void layernorm_param_partials',
+                                       "    const long long first = (long long)blockIdx.y * chunk_rows;\n",
+                                       "    const long long first = 0;  // every chunk from the first row\n")
+    report = grade(tmp_path, files, "-k", "test_layernorm_is_stable_with_a_large_mean or "
+                                          "(test_layernorm_backward_values and thread)")
+    for check in results(report, "test_layernorm_is_stable_with_a_large_mean"):
+        if check["name"].endswith("-warp]"):
+            assert check["result"] == "PASS", check
+        else:
+            assert check["result"] == "FAIL" and "layernorm_forward_thread" in check["reason"], check
+            assert "two passes" in check["hint"], check
+    wrong = [c for c in results(report, "test_layernorm_backward_values") if c["result"] == "FAIL"]
+    assert {c["name"] for c in wrong} >= {"test_layernorm_backward_values[257-33-thread]",
+                                          "test_layernorm_backward_values[5000-64-thread]"}, wrong
+    for check in wrong:
+        assert "grad_weight" in check["reason"] and "differ from the sum over the" in check["reason"], check
+
+
 def test_softmax_over_the_wrong_axis_a_missing_barrier_and_plain_adds_are_rejected(tmp_path):
     """- softmax_forward normalises each column (a key over the queries) instead of each row;
     - bmm without its second __syncthreads(): the next tiles overwrite shared memory still being read;
