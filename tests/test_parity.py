@@ -16,6 +16,7 @@ import pytest
 from minitorch import backend, kernels
 from tests.parity_phase6 import NOTEBOOKS as PHASE6_NOTEBOOKS
 from tests.parity_phase6 import PHASE6_CASES
+from tests.parity_phase7_layernorm import PHASE7_LAYERNORM_THREAD_CASES
 from tests.parity_phase8a import NOTEBOOKS as PHASE8A_NOTEBOOKS
 from tests.parity_phase8a import PHASE8A_CASES
 from tests.parity_phase8b import NOTEBOOKS as PHASE8B_NOTEBOOKS
@@ -420,6 +421,7 @@ CASES: dict[tuple[str, str], Callable] = {
     **{key: _phase7(key[1]) for key in PHASE7_KERNELS},
 }
 CASES.update(PHASE6_CASES)  # tests/parity_phase6.py
+CASES.update(PHASE7_LAYERNORM_THREAD_CASES)  # tests/parity_phase7_layernorm.py
 CASES.update(PHASE8A_CASES)  # tests/parity_phase8a.py
 CASES.update(PHASE8B_CASES)  # tests/parity_phase8b.py
 

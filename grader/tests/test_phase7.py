@@ -179,6 +179,14 @@ def test_gelu_kernels_any_grid(kernel):
 
 LN_FWD = pytest.mark.kernel("layernorm.cu", "layernorm_forward")
 LN_BWD = pytest.mark.kernel("layernorm.cu", "layernorm_backward")
+# Each value test runs both kernels of a pass, through the launcher's `variant`: "warp" (a warp a row, what "best"
+# runs on a GPU) and "thread" (a thread a row, what "best" runs on the emulator); each check names its kernel.
+LN_FORWARD_KERNEL = {"warp": "layernorm_forward", "thread": "layernorm_forward_thread"}
+LN_BACKWARD_KERNEL = {"warp": "layernorm_backward", "thread": "layernorm_backward_thread"}
+LN_FWD_VARIANTS = pytest.mark.parametrize("variant", [
+    pytest.param(v, marks=pytest.mark.kernel("layernorm.cu", k)) for v, k in LN_FORWARD_KERNEL.items()])
+LN_BWD_VARIANTS = pytest.mark.parametrize("variant", [
+    pytest.param(v, marks=pytest.mark.kernel("layernorm.cu", k)) for v, k in LN_BACKWARD_KERNEL.items()])
 # (rows, cols): one element, short rows (a warp has idle lanes), rows of 33 and 1000 (lanes loop), a prime number of
 # rows, GPT-2's width.
 LN_SHAPES = [(1, 1), (7, 3), (31, 64), (257, 33), (100, 1000), (4099, 17), (64, 768)]
@@ -199,12 +207,14 @@ def ln_inputs(rows: int, cols: int, *salt: object, scale: float = 2.0, offset: f
     return x, r.uniform(0.5, 2, cols).astype(np.float32), r.standard_normal(cols).astype(np.float32)
 
 
-def device_layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5) -> tuple:
+def device_layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float = 1e-5, variant: str = "warp"
+                     ) -> tuple:
     rows, cols = x.shape
     out, mean, rstd = checks.poison((rows, cols)), checks.poison(rows), checks.poison(rows)
     xd, wd, bd = dev(x), dev(w), dev(b)
-    run(f"layernorm_forward(x of shape {x.shape}, eps={eps:g})", "layernorm.cu", "layernorm_forward",
-        lambda: module("layernorm.py").layernorm_forward(xd, wd, bd, out, mean, rstd, eps))
+    run(f"layernorm_forward(x of shape {x.shape}, eps={eps:g}, variant={variant!r})", "layernorm.cu",
+        LN_FORWARD_KERNEL[variant],
+        lambda: module("layernorm.py").layernorm_forward(xd, wd, bd, out, mean, rstd, eps, variant=variant))
     return checks.to_host(out), checks.to_host(mean), checks.to_host(rstd)
 
 
@@ -229,44 +239,46 @@ def check_layernorm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float, got
     checks.assert_close(mean, exp_mean, rtol=1e-5, atol=1e-6 * float(np.abs(x).max() or 1), what=f"{what}: mean")
 
 
-@LN_FWD
+@LN_FWD_VARIANTS
 @pytest.mark.parametrize("rows, cols", LN_SHAPES, ids=lambda v: str(v))
-@pytest.mark.hint("a warp per row: the mean, then the mean of (x - mean)^2 (divided by cols), rstd = "
-                  "1 / sqrtf(var + eps); every row and every column written")
-def test_layernorm_forward_values(rows, cols):
+@pytest.mark.hint("a warp (or a thread) per row: the mean, then the mean of (x - mean)^2 (divided by cols), "
+                  "rstd = 1 / sqrtf(var + eps); every row and every column written")
+def test_layernorm_forward_values(rows, cols, variant):
     x, w, b = ln_inputs(rows, cols)
-    got = device_layernorm(x, w, b)
-    check_layernorm(x, w, b, 1e-5, got, f"layernorm_forward, x of shape {(rows, cols)}")
+    got = device_layernorm(x, w, b, variant=variant)
+    check_layernorm(x, w, b, 1e-5, got, f"{LN_FORWARD_KERNEL[variant]}, x of shape {(rows, cols)}")
 
 
-@LN_FWD
+@LN_FWD_VARIANTS
 @pytest.mark.parametrize("cols", [2, 3, 8, 64])
 @pytest.mark.hint("the population variance: the mean of (x - mean)^2 over the row, divided by cols (not cols - 1)")
-def test_layernorm_population_variance(cols):
+def test_layernorm_population_variance(cols, variant):
     x, w, b = ln_inputs(37, cols, "population", scale=1.0)
-    check_layernorm(x, w, b, 1e-5, device_layernorm(x, w, b), f"layernorm_forward, rows of {cols} columns")
+    check_layernorm(x, w, b, 1e-5, device_layernorm(x, w, b, variant=variant),
+                    f"{LN_FORWARD_KERNEL[variant]}, rows of {cols} columns")
 
 
-@LN_FWD
+@LN_FWD_VARIANTS
 @pytest.mark.parametrize("std", [3e-3, 1e-3, 0.0])
 @pytest.mark.hint("rstd = 1 / sqrt(var + eps): eps inside the square root (it matters when var is near eps, and "
                   "keeps a constant row finite)")
-def test_layernorm_eps_inside_the_square_root(std):
+def test_layernorm_eps_inside_the_square_root(std, variant):
     x, w, b = ln_inputs(40, 64, "eps", std, scale=std, offset=0.5)
-    got = device_layernorm(x, w, b, eps=1e-5)
+    got = device_layernorm(x, w, b, eps=1e-5, variant=variant)
     # float32 rounding of x around 0.5 is 3e-8: a relative error of var ~ 1e-5 at std 1e-3
-    check_layernorm(x, w, b, 1e-5, got, f"layernorm_forward, rows of standard deviation {std:g}", rtol=2e-3)
+    check_layernorm(x, w, b, 1e-5, got, f"{LN_FORWARD_KERNEL[variant]}, rows of standard deviation {std:g}",
+                    rtol=2e-3)
 
 
-@LN_FWD
+@LN_FWD_VARIANTS
 @pytest.mark.parametrize("eps", [1e-3, 0.1])
 @pytest.mark.hint("use the eps argument (layernorm_forward(..., eps)) in the launcher and the kernel: not a "
                   "hard-coded 1e-5")
-def test_layernorm_other_eps(eps):
+def test_layernorm_other_eps(eps, variant):
     # rows whose variance is about eps: rstd with eps = 1e-5 instead differs by up to 40%
     x, w, b = ln_inputs(37, 45, "other-eps", eps, scale=math.sqrt(eps), offset=0.0)
-    what = f"layernorm_forward with eps={eps:g}"
-    got = device_layernorm(x, w, b, eps=eps)
+    what = f"{LN_FORWARD_KERNEL[variant]} with eps={eps:g}"
+    got = device_layernorm(x, w, b, eps=eps, variant=variant)
     try:
         check_layernorm(x, w, b, eps, got, what)
     except GradeError as err:
@@ -275,19 +287,20 @@ def test_layernorm_other_eps(eps):
             raise GradeError(f"{err}\n  these values come from eps = 1e-5: the eps argument is ignored") from None
         raise
     g = checks.rng("layernorm-grad", "other-eps", eps).standard_normal(x.shape).astype(np.float32)
-    check_layernorm_backward(g, x, w, device_layernorm_backward(g, x, w, eps=eps),
-                             f"layernorm_backward after a forward with eps={eps:g}", eps=eps)
+    check_layernorm_backward(g, x, w, device_layernorm_backward(g, x, w, eps=eps, variant=variant),
+                             f"{LN_BACKWARD_KERNEL[variant]} after a forward with eps={eps:g}", eps=eps)
 
 
-@LN_FWD
+@LN_FWD_VARIANTS
 @pytest.mark.parametrize("offset", [1e3, 1e4])
 @pytest.mark.hint("two passes: the mean first, then the mean of (x - mean)^2; E[x^2] - E[x]^2 loses every digit "
                   "in float32 when the mean is large")
-def test_layernorm_is_stable_with_a_large_mean(offset):
+def test_layernorm_is_stable_with_a_large_mean(offset, variant):
     x, w, b = ln_inputs(33, 100, "stable", offset, scale=1.0, offset=offset)
-    got = device_layernorm(x, w, b)
+    got = device_layernorm(x, w, b, variant=variant)
     # x itself holds offset to float32 precision (offset * 6e-8): the reference sees the same rounded values
-    check_layernorm(x, w, b, 1e-5, got, f"layernorm_forward, mean {offset:g}, standard deviation 1", rtol=3e-3)
+    check_layernorm(x, w, b, 1e-5, got, f"{LN_FORWARD_KERNEL[variant]}, mean {offset:g}, standard deviation 1",
+                    rtol=3e-3)
 
 
 def ln_backward_reference(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float = 1e-5) -> tuple:
@@ -300,17 +313,22 @@ def ln_backward_reference(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: floa
     return dx, (g * xhat).sum(axis=0), g.sum(axis=0), np.abs(g * xhat).sum(axis=0), np.abs(g).sum(axis=0)
 
 
-def device_layernorm_backward(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float = 1e-5) -> tuple:
+def device_layernorm_backward(g: np.ndarray, x: np.ndarray, w: np.ndarray, eps: float = 1e-5,
+                              variant: str = "warp") -> tuple:
+    """The backward of `variant` after the forward of the same variant (which saves mean and rstd)."""
     rows, cols = x.shape
     b = np.zeros(cols, np.float32)
     xd, wd = dev(x), dev(w)
     lm = module("layernorm.py")
     out, mean, rstd = backend.empty((rows, cols)), backend.empty(rows), backend.empty(rows)
-    launch_checked("layernorm_forward", lambda: lm.layernorm_forward(xd, wd, dev(b), out, mean, rstd, eps))
+    launch_checked(f"layernorm_forward(variant={variant!r})",
+                   lambda: lm.layernorm_forward(xd, wd, dev(b), out, mean, rstd, eps, variant=variant))
     dx, dw, db = checks.poison((rows, cols)), checks.poison(cols), checks.poison(cols)
     gd = dev(g)
-    run(f"layernorm_backward(x of shape {x.shape})", "layernorm.cu", "layernorm_backward",
-        lambda: lm.layernorm_backward(gd, xd, wd, mean, rstd, dx, dw, db))
+    run(f"layernorm_backward(x of shape {x.shape}, variant={variant!r})", "layernorm.cu", LN_BACKWARD_KERNEL[variant],
+        lambda: lm.layernorm_backward(gd, xd, wd, mean, rstd, dx, dw, db, variant=variant))
+    if variant == "thread":
+        checks.require_launch("layernorm.cu", "layernorm_param_partials")
     checks.require_launch("layernorm.cu", "layernorm_param_grads")
     return checks.to_host(dx), checks.to_host(dw), checks.to_host(db)
 
@@ -331,15 +349,16 @@ def check_layernorm_backward(g, x, w, got, what: str, eps: float = 1e-5) -> None
                              f"{rows} rows; first: column {c}, expected {exp_sum[c]!r}, got {got_sum[c]!r}{note}")
 
 
-@LN_BWD
+@LN_BWD_VARIANTS
 @pytest.mark.parametrize("rows, cols", LN_SHAPES + [(5000, 64)], ids=lambda v: str(v))
 @pytest.mark.hint("grad_x = rstd (g - mean(g) - xhat mean(g xhat)), g = grad_out * weight; the parameter "
-                  "gradients sum over every row: each block's partial row, then layernorm_param_grads adds them")
-def test_layernorm_backward_values(rows, cols):
+                  "gradients sum over every row: partial rows (a block's, or a chunk of rows' with "
+                  "layernorm_param_partials), then layernorm_param_grads adds them")
+def test_layernorm_backward_values(rows, cols, variant):
     x, w, _ = ln_inputs(rows, cols, "backward")
     g = checks.rng("layernorm-grad", rows, cols).standard_normal((rows, cols)).astype(np.float32)
-    check_layernorm_backward(g, x, w, device_layernorm_backward(g, x, w), f"layernorm_backward, x of shape "
-                                                                          f"{(rows, cols)}")
+    check_layernorm_backward(g, x, w, device_layernorm_backward(g, x, w, variant=variant),
+                             f"{LN_BACKWARD_KERNEL[variant]}, x of shape {(rows, cols)}")
 
 
 @pytest.mark.kernel("layernorm.cu", "layernorm_backward")
@@ -385,7 +404,7 @@ def test_layernorm_has_no_shared_memory_race():
         x, w, _ = ln_inputs(77, cols, "race")
         g = checks.rng("layernorm-race", cols).standard_normal((77, cols)).astype(np.float32)
         with emu.check_mode():
-            got = device_layernorm_backward(g, x, w)
+            got = device_layernorm_backward(g, x, w, variant="warp")
         check_layernorm_backward(g, x, w, got, f"layernorm_backward, rows of {cols} columns, under the emulator's "
                                                "check mode")
     # layernorm_param_grads with ONE block of (32, 4) threads for 70 columns: the block loops over three groups of
@@ -402,6 +421,90 @@ def test_layernorm_has_no_shared_memory_race():
         with checks.grid_stride_advice(got_sum, 1, 128):
             checks.assert_close(got_sum, partials.astype(np.float64).sum(axis=0), rtol=1e-5,
                                 atol=1e-5 * float(np.abs(partials).sum(axis=0).max()), what=f"{what}: {name}")
+
+
+# LayerNorm a thread a row (layernorm_forward_thread, layernorm_backward_thread) and its parameter gradients a thread
+# a column (layernorm_param_partials): what "best" runs on the emulator. The value tests above run them through the
+# launcher (variant="thread"); these launch them on grids of their own, and check the launcher's choice.
+
+@pytest.mark.kernel("layernorm.cu", "layernorm_backward_thread")
+@pytest.mark.parametrize("grid, threads", [(1, 32), (3, 64), (5, 256)], ids=str)
+@pytest.mark.hint("threads loop over the rows (row += gridDim.x * blockDim.x), and layernorm_param_partials's over "
+                  "the columns (c += gridDim.x * blockDim.x), its block row blockIdx.y over chunk_rows rows (the "
+                  "last chunk shorter): any grid covers any shape")
+def test_layernorm_thread_kernels_any_grid(grid, threads):
+    rows, cols, chunk_rows = 203, 40, 37  # 6 chunks of rows, the last of 18; 40 columns: more than a block of 32
+    x, w, b = ln_inputs(rows, cols, "thread-grid", grid)
+    g = checks.rng("layernorm-thread-grid", grid).standard_normal((rows, cols)).astype(np.float32)
+    xd, wd, bd, gd = dev(x), dev(w), dev(b), dev(g)
+    out, mean, rstd = checks.poison((rows, cols)), checks.poison(rows), checks.poison(rows)
+    what = f"layernorm_forward_thread launched with {grid} block(s) of {threads} threads for {rows} rows"
+    launch_checked(what, lambda: kernels.load_kernel("layernorm.cu", "layernorm_forward_thread")(
+        (grid,), (threads,), (xd, wd, bd, out, mean, rstd, np.int32(rows), np.int32(cols), np.float32(1e-5))))
+    with checks.grid_stride_advice(out, grid, threads):
+        check_layernorm(x, w, b, 1e-5, (checks.to_host(out), checks.to_host(mean), checks.to_host(rstd)), what)
+    dx = checks.poison((rows, cols))
+    what = f"layernorm_backward_thread launched with {grid} block(s) of {threads} threads for {rows} rows"
+    launch_checked(what, lambda: kernels.load_kernel("layernorm.cu", "layernorm_backward_thread")(
+        (grid,), (threads,), (gd, xd, wd, mean, rstd, dx, np.int32(rows), np.int32(cols))))
+    exp_dx, _, _, _, _ = ln_backward_reference(g, x, w)
+    with checks.grid_stride_advice(dx, grid, threads):
+        checks.assert_close(dx, exp_dx, rtol=1e-3, atol=1e-4 * float(np.abs(exp_dx).max()), what=f"{what}: grad_x")
+    chunks = (rows + chunk_rows - 1) // chunk_rows
+    wp, bp = checks.poison((chunks, cols)), checks.poison((chunks, cols))
+    what = (f"layernorm_param_partials launched with ({grid}, {chunks}) blocks of {threads} threads for {cols} "
+            f"columns, chunks of {chunk_rows} of the {rows} rows")
+    launch_checked(what, lambda: kernels.load_kernel("layernorm.cu", "layernorm_param_partials")(
+        (grid, chunks), (threads,), (gd, xd, mean, rstd, wp, bp, np.int32(rows), np.int32(cols),
+                                     np.int32(chunk_rows))))
+    x64, g64 = x.astype(np.float64), g.astype(np.float64)
+    xhat = (x64 - x64.mean(axis=1, keepdims=True)) / np.sqrt(x64.var(axis=1, keepdims=True) + 1e-5)
+    for name, got, terms in (("weight_partial", wp, g64 * xhat), ("bias_partial", bp, g64)):
+        expected = np.array([terms[k * chunk_rows:(k + 1) * chunk_rows].sum(axis=0) for k in range(chunks)])
+        scale = np.array([np.abs(terms[k * chunk_rows:(k + 1) * chunk_rows]).sum(axis=0) for k in range(chunks)])
+        with checks.grid_stride_advice(got, grid, threads):
+            checks.assert_close(got, expected, rtol=1e-4, atol=1e-5 * float(scale.max()),
+                                what=f"{what}: {name} (row k: the sum over rows k * {chunk_rows} ... of column c)")
+
+
+@pytest.mark.kernel("layernorm.cu", "layernorm_forward_thread")
+@pytest.mark.hint("variant=\"best\" runs default_variant(): the warp kernels on a GPU, the thread-a-row kernels "
+                  "elsewhere (the emulator)")
+def test_layernorm_best_runs_the_kernels_of_the_device():
+    thread = backend.get_device() != "cuda"
+    x, w, b = ln_inputs(70, 33, "best")
+    g = checks.rng("layernorm-best").standard_normal((70, 33)).astype(np.float32)
+    lm = module("layernorm.py")
+    xd, wd, bd, gd = dev(x), dev(w), dev(b), dev(g)
+    out, mean, rstd = backend.empty((70, 33)), backend.empty(70), backend.empty(70)
+    dx, dw, db = backend.empty((70, 33)), backend.empty(33), backend.empty(33)
+    checks.reset_launches()
+    launch_checked("layernorm_forward and layernorm_backward (variant \"best\")", lambda: (
+        lm.layernorm_forward(xd, wd, bd, out, mean, rstd), lm.layernorm_backward(gd, xd, wd, mean, rstd, dx, dw, db)))
+    device = "the emulator" if thread else "a GPU"
+    for kernel_of in (LN_FORWARD_KERNEL, LN_BACKWARD_KERNEL):
+        wanted, other = (kernel_of["thread"], kernel_of["warp"]) if thread else (kernel_of["warp"], kernel_of["thread"])
+        if kernels.launch_count("layernorm.cu", wanted) == 0 or kernels.launch_count("layernorm.cu", other):
+            raise GradeError(f"on {device} variant=\"best\" must launch `{wanted}`, not `{other}`; launched: "
+                             f"{wanted} {kernels.launch_count('layernorm.cu', wanted)} time(s), {other} "
+                             f"{kernels.launch_count('layernorm.cu', other)} time(s)")
+    check_layernorm(x, w, b, 1e-5, (checks.to_host(out), checks.to_host(mean), checks.to_host(rstd)),
+                    "layernorm_forward (variant \"best\")")
+    check_layernorm_backward(g, x, w, (checks.to_host(dx), checks.to_host(dw), checks.to_host(db)),
+                             "layernorm_backward (variant \"best\")")
+
+
+@pytest.mark.parametrize("variant", ["warp", "thread"])
+@pytest.mark.parametrize("launcher", ["layernorm_forward", "layernorm_backward"])
+@pytest.mark.hint("compute the result with your kernels, on the device: nothing computed with NumPy, CuPy or "
+                  "PyTorch and copied in after (or instead of) the launch")
+def test_layernorm_results_come_from_your_kernels(launcher, variant):
+    what, call, inputs, outputs, in_place = _replay_case(launcher)
+    call = partial(call.func, *call.args, variant=variant)
+    # the weight's and bias's gradients, summed by atomics if a learner adds them so: another order on every run
+    atomic = launcher == "layernorm_backward"
+    checks.assert_computed_on_device(f"{what} (variant={variant!r})", call, inputs=inputs, outputs=outputs,
+                                     in_place=in_place, rtol=1e-3 if atomic else 1e-5, atol=1e-5 if atomic else 1e-6)
 
 
 # ---------------------------------------------------------------- embeddings

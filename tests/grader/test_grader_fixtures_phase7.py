@@ -34,14 +34,17 @@ pytestmark = [
 ]
 
 VISIBLE = "        const int visible = causal ? (int)(row % cols) + 1 : cols;\n"
-# 1/sigma in layernorm_forward: once on the row-in-registers path, once on the general one
+# 1/sigma in layernorm_forward: once on the row-in-registers path, once on the general one; and in
+# layernorm_forward_thread (a thread a row: what the launcher runs on the emulator)
 RSTD = "r = 1.0f / sqrtf(warp_sum(q) / cols + eps);"
+RSTD_THREAD = "const float r = 1.0f / sqrtf(q / cols + eps);"
 
 
-def replace_rstd(source: str, new: str) -> str:
-    """The same mistake on both of layernorm_forward's paths."""
+def replace_rstd(source: str, new: str, new_thread: str) -> str:
+    """The same mistake on both of layernorm_forward's paths and in layernorm_forward_thread."""
     assert source.count(RSTD) == 2, f"fixture out of date with the solution: {RSTD!r} not found twice"
-    return source.replace(RSTD, new)
+    assert source.count(RSTD_THREAD) == 1, f"fixture out of date with the solution: {RSTD_THREAD!r} not found once"
+    return source.replace(RSTD, new).replace(RSTD_THREAD, new_thread)
 GELU_SLOPE = """        const float t = tanhf(GELU_SQRT_2_OVER_PI * (v + GELU_CUBIC * v2 * v));
         const float du = GELU_SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_CUBIC * v2);
         grad_in[i] =
@@ -151,7 +154,8 @@ def test_sample_variance_and_a_numpy_launcher_are_rejected(tmp_path):
     """- layernorm_forward divides by cols - 1 (the sample variance);
     - gelu.py computes the GELU with NumPy and copies it in, launching nothing."""
     files = solution_sources()
-    files["layernorm.cu"] = replace_rstd(files["layernorm.cu"], "r = 1.0f / sqrtf(warp_sum(q) / (cols - 1) + eps);")
+    files["layernorm.cu"] = replace_rstd(files["layernorm.cu"], "r = 1.0f / sqrtf(warp_sum(q) / (cols - 1) + eps);",
+                                         "const float r = 1.0f / sqrtf(q / (cols - 1) + eps);")
     files["gelu.py"] = replace_once(
         files["gelu.py"], GELU_LAUNCH,
         "        h = backend.asnumpy(x).astype(np.float64)  # NumPy, not the kernel\n"
@@ -169,7 +173,8 @@ def test_eps_outside_the_square_root_and_a_result_overwritten_from_the_host_are_
     """- layernorm_forward computes 1 / (sqrt(var) + eps);
     - bmm launches its kernel, then copies a NumPy product over the result."""
     files = solution_sources()
-    files["layernorm.cu"] = replace_rstd(files["layernorm.cu"], "r = 1.0f / (sqrtf(warp_sum(q) / cols) + eps);")
+    files["layernorm.cu"] = replace_rstd(files["layernorm.cu"], "r = 1.0f / (sqrtf(warp_sum(q) / cols) + eps);",
+                                         "const float r = 1.0f / (sqrtf(q / cols) + eps);")
     files["attention.py"] = replace_once(
         files["attention.py"], BMM_LAUNCH_END, BMM_LAUNCH_END +
         "    a_h, b_h = backend.asnumpy(a), backend.asnumpy(b)  # then NumPy's answer, copied in\n"
@@ -179,10 +184,40 @@ def test_eps_outside_the_square_root_and_a_result_overwritten_from_the_host_are_
     report = grade(tmp_path, files, "-k", "test_layernorm_eps_inside or (test_results_come_from_your_kernels and "
                                           "bmm)")
     eps = {c["name"]: c for c in results(report, "test_layernorm_eps_inside_the_square_root")}
-    for name in ("test_layernorm_eps_inside_the_square_root[0.003]", "test_layernorm_eps_inside_the_square_root[0.0]"):
+    for name in (f"test_layernorm_eps_inside_the_square_root[{std}-{variant}]" for std in ("0.003", "0.0")
+                 for variant in ("warp", "thread")):
         assert eps[name]["result"] == "FAIL" and "eps added AFTER the square root" in eps[name]["reason"], eps[name]
     [replay] = results(report, "test_results_come_from_your_kernels")
     assert replay["result"] == "FAIL" and HOST_COPY in replay["reason"], replay
+
+
+def test_careless_thread_kernels_of_layernorm_are_rejected(tmp_path):
+    """The thread-a-row kernels (what the launcher runs on the emulator), written carelessly:
+    - layernorm_forward_thread's variance in one pass, E[x^2] - mean^2: every digit lost when the mean is large
+      (the warp kernels, right, pass the same checks);
+    - layernorm_param_partials sums every chunk from row 0: the parameter gradients miss most rows."""
+    files = solution_sources()
+    files["layernorm.cu"] = replace_in(files["layernorm.cu"], 'extern "C" __global__ void layernorm_forward_thread',
+                                       "            const float d = xr[c] - m;\n            q += d * d;\n",
+                                       "            q += xr[c] * xr[c];\n")
+    files["layernorm.cu"] = replace_in(files["layernorm.cu"], 'extern "C" __global__ void layernorm_forward_thread',
+                                       RSTD_THREAD, "const float r = 1.0f / sqrtf(q / cols - m * m + eps);")
+    files["layernorm.cu"] = replace_in(files["layernorm.cu"], 'extern "C" __global__ void layernorm_param_partials',
+                                       "    const long long first = (long long)blockIdx.y * chunk_rows;\n",
+                                       "    const long long first = 0;  // every chunk from the first row\n")
+    report = grade(tmp_path, files, "-k", "test_layernorm_is_stable_with_a_large_mean or "
+                                          "(test_layernorm_backward_values and thread)")
+    for check in results(report, "test_layernorm_is_stable_with_a_large_mean"):
+        if check["name"].endswith("-warp]"):
+            assert check["result"] == "PASS", check
+        else:
+            assert check["result"] == "FAIL" and "layernorm_forward_thread" in check["reason"], check
+            assert "two passes" in check["hint"], check
+    wrong = [c for c in results(report, "test_layernorm_backward_values") if c["result"] == "FAIL"]
+    assert {c["name"] for c in wrong} >= {"test_layernorm_backward_values[257-33-thread]",
+                                          "test_layernorm_backward_values[5000-64-thread]"}, wrong
+    for check in wrong:
+        assert "grad_weight" in check["reason"] and "differ from the sum over the" in check["reason"], check
 
 
 def test_softmax_over_the_wrong_axis_a_missing_barrier_and_plain_adds_are_rejected(tmp_path):
