@@ -337,7 +337,7 @@ def _phase7(function: str):
             expected = np.zeros((vocab, dim))
             np.add.at(expected, ids, g)
             return backend.asnumpy(grad), expected
-        if function == "bmm":
+        if function in ("bmm", "bmm_regtile"):  # the same contract: grid, blocks, arguments
             batch, m, k, cols = n % 3 + 1, max(1, n % 61), n % 97 + 1, max(1, n % 45)
             ta, tb = bool(n % 2), bool(n % 3 == 0)
             a, b = ints((batch, k, m) if ta else (batch, m, k)), ints((batch, cols, k) if tb else (batch, k, cols))
@@ -348,7 +348,7 @@ def _phase7(function: str):
             a64 = np.swapaxes(a, 1, 2).astype(np.float64) if ta else a.astype(np.float64)
             b64 = np.swapaxes(b, 1, 2).astype(np.float64) if tb else b.astype(np.float64)
             return backend.asnumpy(out), a64 @ b64
-        if function == "softmax_forward":
+        if function in ("softmax_forward", "softmax_forward_rows"):  # a warp a row, a thread a row
             t, heads = n % 33 + 1, n % 3 + 1
             s = np.where(rng.integers(0, 2, (heads, t, t)) > 0, 0.0, -1e4).astype(np.float32)
             s[:, np.arange(t), np.arange(t)] = 0.0  # every query sees itself at the maximum
@@ -358,7 +358,7 @@ def _phase7(function: str):
             visible = np.tril(np.ones((t, t), bool)) & (s == 0)
             count = visible.sum(axis=-1, keepdims=True).astype(np.float32)
             return backend.asnumpy(p), np.where(visible, np.float32(1) / count, 0).astype(np.float64)
-        if function == "softmax_backward":
+        if function in ("softmax_backward", "softmax_backward_rows"):
             t, heads = n % 33 + 1, n % 3 + 1
             p = np.tril(rng.choice(np.array([0.0, 0.25, 0.5], np.float32), (heads, t, t)))
             dp, ds = ints((heads, t, t)), poisoned((heads, t, t))
@@ -403,7 +403,8 @@ def _phase7(function: str):
 PHASE7_KERNELS = {("gelu.cu", k) for k in ("gelu_forward", "gelu_backward")} | {
     ("layernorm.cu", k) for k in ("layernorm_forward", "layernorm_backward", "layernorm_param_grads")} | {
     ("embedding.cu", k) for k in ("embedding_forward", "embedding_backward")} | {
-    ("attention.cu", k) for k in ("bmm", "softmax_forward", "softmax_backward", "split_heads", "merge_heads")} | {
+    ("attention.cu", k) for k in ("bmm", "softmax_forward", "softmax_backward", "split_heads", "merge_heads",
+                                  "bmm_regtile", "softmax_forward_rows", "softmax_backward_rows")} | {
     ("clip.cu", k) for k in ("sum_squares", "clip_coefficient", "scale_by")}
 
 CASES: dict[tuple[str, str], Callable] = {

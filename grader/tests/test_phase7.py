@@ -649,6 +649,9 @@ def test_embedding_kernels_any_grid(kernel):
 # ---------------------------------------------------------------- batched GEMM
 
 BMM = pytest.mark.kernel("attention.cu", "bmm")
+BMM_REGTILE = pytest.mark.kernel("attention.cu", "bmm_regtile")
+TRANSPOSES = pytest.mark.parametrize("ta, tb", [(False, False), (False, True), (True, False), (True, True)],
+                                     ids=["AB", "ABt", "AtB", "AtBt"])
 # (batch, M, K, N): single elements; odd sizes; attention's shapes for head dims 16, 32, 64 (Q Kᵀ: T x D x T,
 # P V: T x T x D); sequences of 1 and of prime lengths; tiles cut at every edge; rows of a multiple of 4 floats
 # (16-byte loads) over several steps of k, the last one partial.
@@ -680,20 +683,36 @@ def check_bmm(got: Any, a: np.ndarray, b: np.ndarray, ta: bool, tb: bool, what: 
                          f"got {values[z, i, j]!r}{unwritten_note(checks.to_host(got))}")
 
 
+def check_bmm_variant(shape: tuple, ta: bool, tb: bool, variant: str) -> None:
+    """bmm(variant=...) through the learner's launcher: "tiled" launches bmm, "regtile" bmm_regtile."""
+    a, b = bmm_operands(shape, ta, tb)
+    batch, m, _, n = shape
+    kernel = "bmm_regtile" if variant == "regtile" else "bmm"
+    out = checks.poison((batch, m, n))
+    what = f"{kernel} of {batch} x ({m} x {shape[2]}) @ ({shape[2]} x {n})" + (", A transposed" * ta) + (
+        ", B transposed" * tb)
+    run(what, "attention.cu", kernel,
+        partial(module("attention.py").bmm, dev(a), dev(b), out, ta, tb, variant=variant))
+    check_bmm(out, a, b, ta, tb, what)
+
+
 @BMM
 @pytest.mark.parametrize("shape", BMM_SHAPES, ids=lambda v: "x".join(map(str, v)))
-@pytest.mark.parametrize("ta, tb", [(False, False), (False, True), (True, False), (True, True)],
-                         ids=["AB", "ABt", "AtB", "AtBt"])
+@TRANSPOSES
 @pytest.mark.hint("blockIdx.z picks the matrix (offset by z * stride); with ta, A is stored (K, M) and op(A)(m, k) "
                   "is A[k * M + m]; loads outside the matrices read 0, stores outside C are skipped")
 def test_bmm_values(shape, ta, tb):
-    a, b = bmm_operands(shape, ta, tb)
-    batch, m, _, n = shape
-    out = checks.poison((batch, m, n))
-    what = f"bmm of {batch} x ({m} x {shape[2]}) @ ({shape[2]} x {n})" + (", A transposed" * ta) + (
-        ", B transposed" * tb)
-    run(what, "attention.cu", "bmm", partial(module("attention.py").bmm, dev(a), dev(b), out, ta, tb))
-    check_bmm(out, a, b, ta, tb, what)
+    check_bmm_variant(shape, ta, tb, "tiled")
+
+
+@BMM_REGTILE
+@pytest.mark.parametrize("shape", BMM_SHAPES, ids=lambda v: "x".join(map(str, v)))
+@TRANSPOSES
+@pytest.mark.hint("bmm_regtile: blockIdx.z picks the matrix; thread (tx, ty) computes rows 4 ty.. and columns 4 tx.. "
+                  "of the block's 64 x 64 tile; op(A)(m, k) is A[m * K + k], or A[k * M + m] with ta (op(B) "
+                  "likewise); the rows and columns past C's edge are not stored")
+def test_bmm_regtile_values(shape, ta, tb):
+    check_bmm_variant(shape, ta, tb, "regtile")
 
 
 @BMM
@@ -710,7 +729,7 @@ def test_bmm_has_no_shared_memory_race():
         out = checks.poison((2, m, n))
         with emu.check_mode():
             run("bmm under the emulator's check mode", "attention.cu", "bmm",
-                partial(module("attention.py").bmm, dev(a), dev(b), out, ta, tb))
+                partial(module("attention.py").bmm, dev(a), dev(b), out, ta, tb, variant="tiled"))
         check_bmm(out, a, b, ta, tb, "bmm under the emulator's check mode")
 
 
@@ -718,6 +737,10 @@ def test_bmm_has_no_shared_memory_race():
 
 SOFTMAX = pytest.mark.kernel("attention.cu", "softmax_forward")
 SOFTMAX_BWD = pytest.mark.kernel("attention.cu", "softmax_backward")
+SOFTMAX_ROWS = pytest.mark.kernel("attention.cu", "softmax_forward_rows")
+SOFTMAX_ROWS_BWD = pytest.mark.kernel("attention.cu", "softmax_backward_rows")
+# softmax_forward's variant (attention.py) -> its kernel: a warp a row (the GPU's), a thread a row (the emulator's)
+SOFTMAX_KERNEL = {"warp": "softmax_forward", "rows": "softmax_forward_rows"}
 SEQUENCES = [1, 2, 7, 12, 31, 64, 130]
 
 
@@ -760,11 +783,18 @@ def check_softmax(got: np.ndarray, s: np.ndarray, scale: float, causal: bool, wh
         raise
 
 
-def device_softmax(s: np.ndarray, scale: float, causal: bool) -> np.ndarray:
-    probs = checks.poison(s.shape)
-    run(f"softmax_forward(scores of shape {s.shape}, scale={scale:g}, causal={causal})", "attention.cu",
-        "softmax_forward", partial(module("attention.py").softmax_forward, dev(s), probs, scale, causal))
+def device_softmax(s: np.ndarray, scale: float, causal: bool, variant: str = "warp") -> np.ndarray:
+    probs, kernel = checks.poison(s.shape), SOFTMAX_KERNEL[variant]
+    run(f"{kernel}(scores of shape {s.shape}, scale={scale:g}, causal={causal})", "attention.cu", kernel,
+        partial(module("attention.py").softmax_forward, dev(s), probs, scale, causal, variant=variant))
     return checks.to_host(probs)
+
+
+def check_softmax_forward(t: int, causal: bool, variant: str) -> None:
+    s = (checks.rng("softmax", t, causal).standard_normal((3, t, t)) * 3).astype(np.float32)
+    scale = 1 / math.sqrt(16)
+    check_softmax(device_softmax(s, scale, causal, variant), s, scale, causal,
+                  f"{SOFTMAX_KERNEL[variant]} of 3 x ({t} x {t}) scores, causal={causal}")
 
 
 @SOFTMAX
@@ -773,10 +803,16 @@ def device_softmax(s: np.ndarray, scale: float, causal: bool) -> np.ndarray:
 @pytest.mark.hint("a warp per row (query t of a matrix): max and sum of exp(scale (s - max)) over keys j <= t "
                   "(causal), then every column written: the probability, or 0 for a masked key")
 def test_softmax_forward_values(t, causal):
-    s = (checks.rng("softmax", t, causal).standard_normal((3, t, t)) * 3).astype(np.float32)
-    scale = 1 / math.sqrt(16)
-    check_softmax(device_softmax(s, scale, causal), s, scale, causal,
-                  f"softmax_forward of 3 x ({t} x {t}) scores, causal={causal}")
+    check_softmax_forward(t, causal, "warp")
+
+
+@SOFTMAX_ROWS
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("t", SEQUENCES)
+@pytest.mark.hint("a thread per row (query t of a matrix, row % T): max and sum of exp(scale (s - max)) over keys "
+                  "j <= t (causal), then every column written: the probability, or 0 for a masked key")
+def test_softmax_rows_forward_values(t, causal):
+    check_softmax_forward(t, causal, "rows")
 
 
 def softmax_mistakes(s: np.ndarray, scale: float, causal: bool) -> list[tuple[str, np.ndarray]]:
@@ -809,12 +845,14 @@ def softmax_mistakes(s: np.ndarray, scale: float, causal: bool) -> list[tuple[st
 def softmax_evidence(got: np.ndarray, s: np.ndarray, scale: float, causal: bool) -> str:
     """What the output itself shows: which known mistake reproduces it (computed in float32), else the facts
     (non-finite values and where, masked keys given probability, rows that do not sum to 1)."""
-    for note, alt in softmax_mistakes(s, scale, causal):
-        with np.errstate(invalid="ignore"):
-            if np.allclose(got, alt, rtol=1e-3, atol=1e-6, equal_nan=True):
-                return note
     t = s.shape[-1]
     masked = ~np.tril(np.ones((t, t), bool)) if causal else np.zeros((t, t), bool)
+    for note, alt in softmax_mistakes(s, scale, causal):
+        # as computed, or with the masked keys' 0 written without dividing it by the row's sum (0 / 0 is NaN where
+        # a row's exps all underflowed): how a kernel that writes every column, the masked ones as 0, shows it
+        with np.errstate(invalid="ignore"):
+            if any(np.allclose(got, a, rtol=1e-3, atol=1e-6, equal_nan=True) for a in (alt, np.where(masked, 0, alt))):
+                return note
     facts = []
     bad = ~np.isfinite(got)
     if bad.any():
@@ -833,13 +871,10 @@ def softmax_evidence(got: np.ndarray, s: np.ndarray, scale: float, causal: bool)
     return "; ".join(facts)
 
 
-@SOFTMAX
-@pytest.mark.hint("mask inside the kernel: the maximum, the sum and the probabilities over keys j <= t only, each "
-                  "exponent scale (s - max) <= 0; read the evidence above")
-def test_softmax_large_scores():
+def check_softmax_large_scores(variant: str) -> None:
     s = (checks.rng("softmax-large").standard_normal((2, 33, 33)) * 1e4).astype(np.float32)
-    got = device_softmax(s, 0.25, True)
-    what = "softmax_forward of scores of size 1e4"
+    got = device_softmax(s, 0.25, True, variant)
+    what = f"{SOFTMAX_KERNEL[variant]} of scores of size 1e4"
     if not np.all(np.isfinite(got)):
         raise checks.WrongValuesError(f"{what}: {int((~np.isfinite(got)).sum())} of {got.size} probabilities are NaN or "
                                  f"infinite: {softmax_evidence(got, s, 0.25, True)}")
@@ -850,25 +885,55 @@ def test_softmax_large_scores():
         raise GradeError(f"{err}\n  {evidence}" if evidence and evidence not in str(err) else str(err)) from None
 
 
-@SOFTMAX_BWD
-@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
-@pytest.mark.parametrize("t", SEQUENCES)
-@pytest.mark.hint("ds[j] = scale * p[j] * (dp[j] - sum_k p[k] dp[k]) over the visible keys, 0 at masked ones")
-def test_softmax_backward_values(t, causal):
+@SOFTMAX
+@pytest.mark.hint("mask inside the kernel: the maximum, the sum and the probabilities over keys j <= t only, each "
+                  "exponent scale (s - max) <= 0; read the evidence above")
+def test_softmax_large_scores():
+    check_softmax_large_scores("warp")
+
+
+@SOFTMAX_ROWS
+@pytest.mark.hint("mask inside the kernel: the maximum, the sum and the probabilities over keys j <= t only, each "
+                  "exponent scale (s - max) <= 0; read the evidence above")
+def test_softmax_rows_large_scores():
+    check_softmax_large_scores("rows")
+
+
+def check_softmax_backward(t: int, causal: bool, variant: str) -> None:
     r = checks.rng("softmax-backward", t, causal)
     scale = 1 / math.sqrt(32)
     p = softmax_reference(r.standard_normal((3, t, t)) * 3, scale, causal).astype(np.float32)
     dp = r.standard_normal((3, t, t)).astype(np.float32)
     ds = checks.poison((3, t, t))
-    run(f"softmax_backward(probs of shape {p.shape}, causal={causal})", "attention.cu", "softmax_backward",
-        partial(module("attention.py").softmax_backward, dev(p), dev(dp), ds, scale, causal))
+    kernel = "softmax_backward_rows" if variant == "rows" else "softmax_backward"
+    run(f"{kernel}(probs of shape {p.shape}, causal={causal})", "attention.cu", kernel,
+        partial(module("attention.py").softmax_backward, dev(p), dev(dp), ds, scale, causal, variant=variant))
     p64, dp64 = p.astype(np.float64), dp.astype(np.float64)
     expected = scale * p64 * (dp64 - (p64 * dp64).sum(axis=-1, keepdims=True))
-    checks.assert_close(ds, expected, rtol=1e-4, atol=1e-6, what=f"softmax_backward, causal={causal}, T={t}")
+    checks.assert_close(ds, expected, rtol=1e-4, atol=1e-6, what=f"{kernel}, causal={causal}, T={t}")
 
 
-@pytest.mark.parametrize("kernel", ["softmax_forward", "softmax_backward"])
-@pytest.mark.hint("warps loop over the rows (a grid-stride loop counted in warps): any grid covers any rows")
+@SOFTMAX_BWD
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("t", SEQUENCES)
+@pytest.mark.hint("ds[j] = scale * p[j] * (dp[j] - sum_k p[k] dp[k]) over the visible keys, 0 at masked ones")
+def test_softmax_backward_values(t, causal):
+    check_softmax_backward(t, causal, "warp")
+
+
+@SOFTMAX_ROWS_BWD
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "full"])
+@pytest.mark.parametrize("t", SEQUENCES)
+@pytest.mark.hint("a thread per row: ds[j] = scale * p[j] * (dp[j] - sum_k p[k] dp[k]) over the visible keys, 0 at "
+                  "masked ones")
+def test_softmax_rows_backward_values(t, causal):
+    check_softmax_backward(t, causal, "rows")
+
+
+@pytest.mark.parametrize("kernel", ["softmax_forward", "softmax_backward", "softmax_forward_rows",
+                                    "softmax_backward_rows"])
+@pytest.mark.hint("warps (a thread, in the _rows kernels) loop over the rows: a grid-stride loop covers any rows "
+                  "with any grid")
 def test_softmax_kernels_any_grid(kernel):
     r = checks.rng("softmax-grid", kernel)
     t, scale = 29, 0.3
@@ -879,7 +944,7 @@ def test_softmax_kernels_any_grid(kernel):
     k = kernels.load_kernel("attention.cu", kernel)
     rows = np.int64(5 * t)
     what = f"{kernel} launched with 2 blocks of 64 threads for {5 * t} rows"
-    if kernel == "softmax_forward":
+    if kernel.startswith("softmax_forward"):
         launch_checked(what, lambda: k((2,), (64,), (dev(s), out, rows, np.int32(t), np.float32(scale), np.int32(1))))
         expected = p
     else:
@@ -1074,7 +1139,10 @@ def test_attention_forward_and_backward(b, t, h, d):
     checks.reset_launches()
     y, saved = launch_checked(what, lambda: ops.attention(minitorch.tensor(qkv), h))
     grad = launch_checked(f"{what}: backward", lambda: ops.attention_backward(minitorch.tensor(g), saved))
-    for fn in ("bmm", "softmax_forward", "softmax_backward", "split_heads", "merge_heads"):
+    # attention.py's "best": the warp and tiled kernels on a GPU, the emulator's kernels (no shuffle, no barrier)
+    ran = ("bmm", "softmax_forward", "softmax_backward") if ON_GPU else (
+        "bmm_regtile", "softmax_forward_rows", "softmax_backward_rows")
+    for fn in (*ran, "split_heads", "merge_heads"):
         checks.require_launch("attention.cu", fn)
     exp_y, exp_grad = attention_reference(qkv, h, g)
     checks.assert_close(y, exp_y, rtol=1e-4, atol=1e-5, what=f"{what}: y")

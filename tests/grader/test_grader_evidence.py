@@ -43,6 +43,17 @@ def test_each_known_mistake_is_named_by_its_own_output(phase7):
     assert "masked after" in max_over_every_key and "zeroed after" in masked_after
 
 
+def test_a_kernel_that_writes_its_masked_keys_as_0_is_named_too(phase7):
+    """A kernel writes a masked key's 0 without dividing it (the warp and _rows kernels both do): where a row's
+    exps all underflowed, its masked keys hold 0, not the 0 / 0 = NaN of the mistake as computed."""
+    s = scores()
+    masked = ~np.tril(np.ones((33, 33), bool))
+    mistakes = phase7.softmax_mistakes(s, 0.25, True)
+    assert np.isnan(mistakes[0][1][..., masked]).any()  # no maximum: rows of 0 / 0 at their masked keys too
+    for note, output in mistakes:
+        assert phase7.softmax_evidence(np.where(masked, 0, output), s, 0.25, True) == note
+
+
 def test_other_outputs_are_described_by_their_facts(phase7):
     s = scores()
     right = phase7.softmax_reference(s, 0.25, True).astype(np.float32)

@@ -33,7 +33,9 @@ pytestmark = [
     pytest.mark.slow,
 ]
 
-VISIBLE = "        const int visible = causal ? (int)(row % cols) + 1 : cols;\n"
+VISIBLE = "        const int visible = causal ? (int)(row % cols) + 1 : cols;\n"  # the warp and the _rows kernels
+# softmax_forward_rows without the row's maximum: exp(scale * s) overflows float32 on large scores
+ROWS_EXP = "            const float e = expf(scale * (s[j] - mx));\n"
 # 1/sigma in layernorm_forward: once on the row-in-registers path, once on the general one; and in
 # layernorm_forward_thread (a thread a row: what the launcher runs on the emulator)
 RSTD = "r = 1.0f / sqrtf(warp_sum(q) / cols + eps);"
@@ -122,23 +124,29 @@ def replace_in(source: str, kernel: str, old: str, new: str) -> str:
 
 def test_mask_seeing_the_next_position_and_erf_slope_and_overwriting_scatter_are_rejected(tmp_path):
     """Three mistakes in three files, one grading run:
-    - the causal mask lets query t see key t + 1;
+    - the causal mask lets query t see key t + 1 (in both softmax kernels: ops.attention runs the emulator's);
     - gelu_backward differentiates the exact (erf) GELU while the forward is the tanh one;
     - embedding_backward stores instead of adding: a repeated id keeps one of its gradient rows."""
     files = solution_sources()
     files["attention.cu"] = replace_in(
         files["attention.cu"], 'extern "C" __global__ void softmax_forward', VISIBLE,
         "        const int visible = causal ? min((int)(row % cols) + 2, cols) : cols;  // sees t + 1\n")
+    files["attention.cu"] = replace_in(
+        files["attention.cu"], 'extern "C" __global__ void softmax_forward_rows', VISIBLE,
+        "        const int visible = causal ? min((int)(row % cols) + 2, cols) : cols;  // sees t + 1\n")
     files["gelu.cu"] = replace_once(files["gelu.cu"], GELU_SLOPE, ERF_SLOPE)
     files["embedding.cu"] = replace_once(
         files["embedding.cu"], SCATTER, "            grad_weight[(long long)token * dim + d] = grad_out[e];\n")
     report = grade(tmp_path, files, "-k", "(test_softmax_forward_values and 7-) or "
+                                          "(test_softmax_rows_forward_values and 7-causal) or "
                                           "test_attention_is_causal or test_gelu_backward_values or "
                                           "test_gelu_forward_values or test_embedding_backward_accumulates")
     by_name = {c["name"]: c for c in report["checks"]}
     leak = by_name["test_softmax_forward_values[7-causal]"]
     assert leak["result"] == "FAIL" and "query positions see the future" in leak["reason"], leak
     assert by_name["test_softmax_forward_values[7-full]"]["result"] == "PASS"  # no mask, nothing to leak
+    leak = by_name["test_softmax_rows_forward_values[7-causal]"]
+    assert leak["result"] == "FAIL" and "query positions see the future" in leak["reason"], leak
     [causal] = results(report, "test_attention_is_causal")
     assert causal["result"] == "FAIL" and "sees the future" in causal["reason"], causal
     for check in results(report, "test_gelu_backward_values"):
@@ -222,6 +230,7 @@ def test_careless_thread_kernels_of_layernorm_are_rejected(tmp_path):
 
 def test_softmax_over_the_wrong_axis_a_missing_barrier_and_plain_adds_are_rejected(tmp_path):
     """- softmax_forward normalises each column (a key over the queries) instead of each row;
+    - softmax_forward_rows takes exp(scale * s) without subtracting the row's maximum: inf / inf on large scores;
     - bmm without its second __syncthreads(): the next tiles overwrite shared memory still being read;
     - a plain `+=` where threads of different blocks add into one element (embedding_backward, sum_squares): the
       emulator runs them one after the other and loses no update, so the values pass; its check mode reports the
@@ -234,14 +243,19 @@ def test_softmax_over_the_wrong_axis_a_missing_barrier_and_plain_adds_are_reject
     cu = files["attention.cu"]
     begin, end = solution_region(cu, 'extern "C" __global__ void softmax_forward')
     cu = cu[:begin] + "    // ### BEGIN SOLUTION\n" + WRONG_AXIS_BODY + "    // ### END SOLUTION\n" + cu[end:]
+    cu = replace_in(cu, 'extern "C" __global__ void softmax_forward_rows', ROWS_EXP,
+                    "            const float e = expf(scale * s[j]);  // no maximum subtracted\n")
     files["attention.cu"] = replace_once(cu, BMM_SECOND_BARRIER, "")
     report = grade(tmp_path, files, "-k", "(test_softmax_forward_values and (31- or 1-full)) or "
+                                          "test_softmax_rows_large_scores or "
                                           "test_bmm_has_no_shared_memory_race or device_memory_race")
     by_name = {c["name"]: c for c in results(report, "test_softmax_forward_values")}
     for name in ("test_softmax_forward_values[31-full]", "test_softmax_forward_values[31-causal]"):
         check = by_name[name]
         assert check["result"] == "FAIL" and "normalised over the wrong axis" in check["reason"], check
     assert by_name["test_softmax_forward_values[1-full]"]["result"] == "PASS"  # one key: both axes agree
+    [overflow] = results(report, "test_softmax_rows_large_scores")
+    assert overflow["result"] == "FAIL" and "subtract the row's maximum" in overflow["reason"], overflow
     [race] = results(report, "test_bmm_has_no_shared_memory_race")
     assert race["result"] in ("FAIL", "CRASH") and "shared-memory race" in race["reason"], race
     assert "__syncthreads() is missing" in race["reason"] and "attention.cu:" in race["reason"], race
