@@ -1,7 +1,8 @@
 """The reference solutions' fast paths for small outputs and tall reductions (on the emulator).
 
-- Phase 5's ``gemm(variant="best")`` without a tuning file: rung 9 with tiles measured for the size of C
-  (``DEFAULT_TILES``), and split-K for a weight gradient Xᵀ·dY whose K is far deeper than C is wide;
+- Phase 5's ``gemm(variant="best")`` without a tuning file: on a GPU rung 9 with tiles measured for the size
+  of C (``DEFAULT_TILES``), and split-K for a weight gradient Xᵀ·dY whose K is far deeper than C is wide (its
+  rule run here on the emulator's kernels, ``gpu_rule``); on the emulator rung 10, unsplit;
 - Phase 3b's ``bias_grad``: a column reduction whose grid cuts the rows into chunks (a 2-D grid), and still
   right when launched on a 1-D grid, as the graded small-grid test launches it;
 - Phase 7's ``layernorm_param_grads`` launched with 32 row lanes a block.
@@ -10,6 +11,8 @@ Values against NumPy in float64; the launches are read from ``kernels.recording(
 """
 
 from __future__ import annotations
+
+import types
 
 import numpy as np
 import pytest
@@ -29,15 +32,26 @@ def solution_workspace(workspace):
     backend.set_device(previous)
 
 
+def gpu_rule(monkeypatch, gm) -> None:
+    """best() of the workspace's gemm.py as on a GPU of 132 SMs (an H100, nothing tuned); the kernels it
+    picks still run on the emulator."""
+    real = gm.backend
+    attributes = {name: getattr(real, name) for name in dir(real) if not name.startswith("__")}
+    monkeypatch.setattr(gm, "backend", types.SimpleNamespace(**{**attributes, "get_device": lambda: "cuda"}))
+    monkeypatch.setattr(gm, "device_name", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(gm, "sm_count", lambda: 132)
+
+
 def launches(call) -> list[kernels.Launch]:
     with kernels.recording() as made:
         call()
     return list(made)
 
 
-def test_best_without_tuning_picks_small_tiles_for_a_small_output(solution_workspace):
+def test_best_without_tuning_picks_small_tiles_for_a_small_output(solution_workspace, monkeypatch):
     gm = kernels.load_module("gemm.py")
     assert not gm.tuning(), "the test workspace has no gemm_tuning.json"
+    gpu_rule(monkeypatch, gm)
     # a GPT layer's product: 4096 rows x 192 columns is 64 tiles of 128 x 128, half an H100's SMs
     variant, config = gm.best(4096, 192, False)
     assert variant == "double_buffered" and config[:2] == (64, 64)
@@ -48,8 +62,9 @@ def test_best_without_tuning_picks_small_tiles_for_a_small_output(solution_works
 
 
 @pytest.mark.parametrize("m, n, k", [(64, 65, 1024), (7, 9, 700), (129, 130, 520)])
-def test_weight_gradient_is_split_along_k_and_exact(solution_workspace, m, n, k):
+def test_weight_gradient_is_split_along_k_and_exact(solution_workspace, monkeypatch, m, n, k):
     gm = kernels.load_module("gemm.py")
+    gpu_rule(monkeypatch, gm)
     rng = np.random.default_rng(m + n + k)
     a = rng.uniform(-1, 1, (k, m)).astype(np.float32)  # X, stored (K, M): the product is Xᵀ·dY
     b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
@@ -60,6 +75,21 @@ def test_weight_gradient_is_split_along_k_and_exact(solution_workspace, m, n, k)
     assert names[1:] == ["sgemm_sum_splits"], names
     splits = made[0].grid[2]
     assert splits == gm.split_k(m, n, k, gm.best(m, n, True)[1], True, False) > 1
+    expected = a.T.astype(np.float64) @ b
+    bound = k * np.finfo(np.float32).eps * (np.abs(a.T).astype(np.float64) @ np.abs(b))
+    assert np.all(np.abs(backend.asnumpy(out) - expected) <= bound)
+
+
+@pytest.mark.parametrize("m, n, k", [(64, 65, 1024), (7, 9, 700)])
+def test_weight_gradient_on_the_emulator_is_one_launch_of_rung_10(solution_workspace, m, n, k):
+    """The emulator runs rung 10 for variant="best", without split-K (which exists for a GPU's idle SMs)."""
+    gm = kernels.load_module("gemm.py")
+    rng = np.random.default_rng(m + n + k)
+    a = rng.uniform(-1, 1, (k, m)).astype(np.float32)
+    b = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    out = backend.asarray(np.full((m, n), np.nan, np.float32))
+    made = launches(lambda: gm.gemm(backend.asarray(a), backend.asarray(b), out, transpose_a=True))
+    assert [launch.kernel.function for launch in made] == ["sgemm_10_regtile"], made
     expected = a.T.astype(np.float64) @ b
     bound = k * np.finfo(np.float32).eps * (np.abs(a.T).astype(np.float64) @ np.abs(b))
     assert np.all(np.abs(backend.asnumpy(out) - expected) <= bound)

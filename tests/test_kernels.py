@@ -259,7 +259,8 @@ def test_lab5_gemm_cu_as_a_learner_gets_it_compiles_and_names_each_unwritten_run
     kernels.kernel_magic("gemm.cu", cell.split("\n", 1)[1])
     rungs = ["sgemm_1_naive", "sgemm_2_coalesced", "sgemm_3_shared", "sgemm_4_blocktile_1d",
              "sgemm_5_blocktile_2d", "sgemm_6_vectorized", "sgemm_7_autotuned<128, 128, 8, 8, 8>",
-             "sgemm_8_warptiling", "sgemm_9_double_buffered<128, 128, 8, 32, 64, 0, 0>"]
+             "sgemm_8_warptiling", "sgemm_9_double_buffered<128, 128, 8, 32, 64, 0, 0>",
+             "sgemm_10_regtile"]
     for rung in rungs:
         base = rung.split("<")[0]
         with pytest.raises(kernels.KernelNotWrittenError, match=rf"^{base} in gemm.cu is not written yet"):

@@ -249,7 +249,8 @@ def _gemm_split_k(n: int, rng: np.random.Generator):
 GEMM_RUNGS = {"sgemm_1_naive": "naive", "sgemm_2_coalesced": "coalesced", "sgemm_3_shared": "shared",
               "sgemm_4_blocktile_1d": "blocktile_1d", "sgemm_5_blocktile_2d": "blocktile_2d",
               "sgemm_6_vectorized": "vectorized", "sgemm_7_autotuned": "autotuned",
-              "sgemm_8_warptiling": "warptiling", "sgemm_9_double_buffered": "double_buffered"}
+              "sgemm_8_warptiling": "warptiling", "sgemm_9_double_buffered": "double_buffered",
+              "sgemm_10_regtile": "regtile"}
 
 PHASE3_KERNELS = {("forward.cu", k) for k in ("add_bias", "sigmoid")} | {
     ("backward.cu", k) for k in ("sigmoid_backward", "relu_backward", "bias_grad", "mse_loss", "mse_backward")} | {

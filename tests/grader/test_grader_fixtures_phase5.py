@@ -38,6 +38,10 @@ RUNG5_STORE = """            if (row < M && col < N) {
                 C[(size_t)row * N + col] = acc[i][j];
             }"""
 LAUNCH = "    load(name)(grid, block, args)\n"
+RUNG10_STORE = """            if (row0 + i < M && col0 + j < N) {
+                C[(size_t)(row0 + i) * N + col0 + j] = acc[i][j];
+            }"""
+RUNG10_A_STRIDES = "    const size_t a_row = ta ? 1 : K, a_k = ta ? M : 1;"
 NAIVE_BODY = """    const int row = blockIdx.x * blockDim.x + threadIdx.x;
     const int col = blockIdx.y * blockDim.y + threadIdx.y;
     if (row < M && col < N) {
@@ -110,6 +114,41 @@ def test_blocktiled_rung_right_only_at_tile_multiples_is_rejected(tmp_path):
     odd = [c for name, c in checks.items() if name.endswith(("-7-7-7]", "-129-1-130]"))]
     assert len(odd) == 2 and all(c["result"] in ("FAIL", "CRASH") for c in odd), odd
     assert all("out-of-bounds" in c["reason"] for c in odd), odd
+
+
+@needs_emu
+@pytest.mark.slow
+def test_register_tile_rung_storing_its_whole_tile_is_rejected(tmp_path):
+    """Rung 10 storing all of its 8 x 16 tile, without the test of C's edges: right where M and N are multiples of
+    the tile (256 x 128), out of bounds of C or over other threads' outputs elsewhere."""
+    files = solution_sources()
+    files["gemm.cu"] = replace_once(files["gemm.cu"], RUNG10_STORE,
+                                    "            C[(size_t)(row0 + i) * N + col0 + j] = acc[i][j];")
+    report = grade(tmp_path, files, "--no-notebook", "-k",
+                   "test_rung_values and regtile and (256-64-128 or 7-7-7 or 129-1-130 or 1000-33-7)")
+    checks = {c["name"]: c for c in results(report, "test_rung_values")}
+    multiple = [c for name, c in checks.items() if name.endswith("-256-64-128]")]
+    assert multiple and multiple[0]["result"] == "PASS", checks
+    odd = [c for name, c in checks.items() if name.endswith(("-7-7-7]", "-129-1-130]", "-1000-33-7]"))]
+    assert len(odd) == 3 and all(c["result"] in ("FAIL", "CRASH") for c in odd), odd
+    assert any("out-of-bounds" in c["reason"] for c in odd), odd
+
+
+@needs_emu
+@pytest.mark.slow
+def test_register_tile_rung_reading_a_transposed_operand_with_the_wrong_stride_is_rejected(tmp_path):
+    """Rung 10 stepping along k through A stored K x M by K floats (the stride of A's rows untransposed): right
+    only where M = K."""
+    files = solution_sources()
+    files["gemm.cu"] = replace_once(files["gemm.cu"], RUNG10_A_STRIDES,
+                                    "    const size_t a_row = ta ? 1 : K, a_k = ta ? K : 1;")
+    report = grade(tmp_path, files, "--no-notebook", "-k",
+                   "test_transposed_operands and regtile and At- and (7-7-7 or 131-67-260 or 1000-33-7)")
+    checks = {c["name"]: c for c in results(report, "test_transposed_operands")}
+    square = [c for name, c in checks.items() if name.endswith("-7-7-7]")]
+    assert square and square[0]["result"] == "PASS", checks
+    other = [c for name, c in checks.items() if not name.endswith("-7-7-7]")]
+    assert len(other) == 2 and all(c["result"] in ("FAIL", "CRASH") for c in other), other
 
 
 @needs_emu
