@@ -141,12 +141,19 @@ def test_forged_reports_are_not_believed(tmp_path):
 def test_the_grader_process_cannot_be_read_or_written_by_its_peers(tmp_path):
     """The mechanism the report channel rests on: a process that called protect_this_process() keeps
     another process of the same user out of its /proc/<pid>/fd and memory; one that did not, does not."""
-    as_peer = (["setpriv", f"--reuid={sandbox.NOBODY}", f"--regid={sandbox.NOBODY}", "--clear-groups",
-                "--inh-caps=-all", "--bounding-set=-all"] if os.geteuid() == 0 else [])
-    holder = ("import os, sys, time\nfrom grader import sandbox\nr, w = os.pipe()\n"
+    # As root (a CI container), both processes become user nobody: root may read any process. They start as
+    # root and drop their credentials themselves, so that a clone root alone can read (under /root) works too;
+    # a change of credentials makes a process non-dumpable, so the holder first becomes an ordinary one again.
+    # (everything imported first: the interpreter's own files may be root's alone too)
+    drop = ("import ctypes, ctypes.util\nlibc = ctypes.CDLL(ctypes.util.find_library('c') or None)\n"
+            f"os.setgroups([]); os.setresgid({sandbox.NOBODY}, {sandbox.NOBODY}, {sandbox.NOBODY}); "
+            f"os.setresuid({sandbox.NOBODY}, {sandbox.NOBODY}, {sandbox.NOBODY})\n"
+            "libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE, 1\n"
+            if os.geteuid() == 0 else "")
+    holder = ("import os, sys, time\nfrom grader import sandbox\n" + drop + "r, w = os.pipe()\n"
               "if sys.argv[1] == 'protect':\n    sandbox.protect_this_process()\n"
               "print(w, flush=True)\ntime.sleep(60)\n")
-    probe = ("import os, sys\npid, fd = sys.argv[1], sys.argv[2]\nreached = []\n"
+    probe = ("import os, sys\n" + drop + "pid, fd = sys.argv[1], sys.argv[2]\nreached = []\n"
              "for path in (f'/proc/{pid}/fd/{fd}', f'/proc/{pid}/environ', f'/proc/{pid}/mem'):\n"
              "    try:\n        os.close(os.open(path, os.O_WRONLY if '/fd/' in path else os.O_RDONLY))\n"
              "        reached.append(path.rsplit('/', 1)[-1])\n    except OSError:\n        pass\n"
@@ -154,12 +161,13 @@ def test_the_grader_process_cannot_be_read_or_written_by_its_peers(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     seen = {}
     for mode in ("protect", "plain"):
-        proc = subprocess.Popen(as_peer + [sys.executable, "-c", holder, mode], stdout=subprocess.PIPE, text=True,
-                                env=env, cwd=tmp_path)
+        proc = subprocess.Popen([sys.executable, "-c", holder, mode], stdout=subprocess.PIPE, text=True, env=env,
+                                cwd=tmp_path)
         try:
             fd = proc.stdout.readline().strip()
-            out = subprocess.run(as_peer + [sys.executable, "-c", probe, str(proc.pid), fd], capture_output=True,
-                                 text=True, env=env, cwd=tmp_path, timeout=60)
+            out = subprocess.run([sys.executable, "-c", probe, str(proc.pid), fd], capture_output=True, text=True,
+                                 env=env, cwd=tmp_path, timeout=60)
+            assert fd and out.returncode == 0, (mode, fd, out.stderr)
             seen[mode] = out.stdout.split()
         finally:
             proc.kill()
