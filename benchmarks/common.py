@@ -15,6 +15,7 @@ import os
 import platform
 import re
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -105,3 +106,22 @@ def kernel_resources(driver: Any, pointers: dict[str, int]) -> dict[str, dict[st
             values[key] = value.value
         out[name] = values
     return out
+
+
+def emu_cpu_seconds(fn, repeats: int = 3, warm: int = 3) -> float:
+    """The best of ``repeats`` runs of ``fn`` in CPU time of this thread (the emulator with one worker), after
+    ``warm`` runs, the emulator's compiles for their integer arguments (what a training loop's steps run) and
+    one more run."""
+    from minitorch.emu.specialize import specialize_now
+
+    for _ in range(warm):
+        fn()
+    specialize_now()
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.thread_time()
+        fn()
+        best = min(best, time.thread_time() - start)
+    return best
+

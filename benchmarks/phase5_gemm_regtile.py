@@ -18,12 +18,11 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
 import numpy as np
-from common import emulator_name, gpu_name, solution_sources, time_gpu, write_results
+from common import emu_cpu_seconds, emulator_name, gpu_name, solution_sources, time_gpu, write_results
 
 # name: (M, N, K, transpose_a, transpose_b). The GPT lab: B·T = 64·64 = 4096 rows, d_model 64, the attention's
 # q, k, v projection (64 -> 192) and output projection (64 -> 64), the MLP (64 -> 256 -> 64) and the head onto a
@@ -43,23 +42,6 @@ def products() -> dict[str, tuple[int, int, int, bool, bool]]:
         out[f"{layer}-dx"] = (rows, d_in, d_out, False, True)
         out[f"{layer}-dw"] = (d_in, d_out, rows, True, False)
     return out
-
-
-def cpu_timer(fn, repeats: int = 3) -> float:
-    """The best of ``repeats`` runs of ``fn`` in CPU time of this thread (one worker), after three runs and the
-    emulator's compiles for their integer arguments."""
-    from minitorch.emu.specialize import specialize_now
-
-    for _ in range(3):
-        fn()
-    specialize_now()
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.thread_time()
-        fn()
-        best = min(best, time.thread_time() - start)
-    return best
 
 
 def rung9_before(gm, m: int, n: int, k: int, ta: bool, tb: bool) -> dict:
@@ -89,7 +71,7 @@ def time_products(gm, on_gpu: bool) -> list[dict]:
             bound = k * 2.0**-23 * float(sums.max())
             if not error <= bound:
                 raise AssertionError(f"{variant} is wrong on {name}: max error {error:.3g} > {bound:.3g}")
-            seconds[variant] = time_gpu(call) if on_gpu else cpu_timer(call)
+            seconds[variant] = time_gpu(call) if on_gpu else emu_cpu_seconds(call)
         row = {"name": name, "M": m, "N": n, "K": k, "transpose_a": ta, "transpose_b": tb,
                "rung9_config": list(before["config"]), "rung9_splits": before["splits"], "seconds": seconds,
                "gflops": {v: 2 * m * n * k / s / 1e9 for v, s in seconds.items()},

@@ -20,12 +20,11 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from functools import partial
 from pathlib import Path
 
 import numpy as np
-from common import emulator_name, solution_sources, write_results
+from common import emu_cpu_seconds, emulator_name, solution_sources, write_results
 
 BH, T, D = 256, 64, 16  # batch 64 x 4 heads; context 64; d_model 64 / 4 heads
 # the step's batched products (minitorch/ops/attention.py): name, (M, K, N), transpose_a, transpose_b, launches a
@@ -42,22 +41,6 @@ PAIRS = {"bmm": ("tiled", "regtile"), "softmax": ("warp", "rows")}
 KERNEL = {("bmm", "tiled"): "bmm", ("bmm", "regtile"): "bmm_regtile",
           ("softmax_forward", "warp"): "softmax_forward", ("softmax_forward", "rows"): "softmax_forward_rows",
           ("softmax_backward", "warp"): "softmax_backward", ("softmax_backward", "rows"): "softmax_backward_rows"}
-
-
-def cpu_time(fn, repeats: int = 3) -> float:
-    """The best of `repeats` CPU-time runs of fn, after a run, the emulator's compile for its integer arguments
-    (specialize_now) and another run."""
-    from minitorch.emu.specialize import specialize_now
-
-    fn()
-    specialize_now()
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.thread_time()
-        fn()
-        best = min(best, time.thread_time() - start)
-    return best
 
 
 def step_rows(am, steps: int, rounds: int = 2) -> list[dict]:
@@ -126,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             ad, bd = backend.asarray(a), backend.asarray(b)
             for variant in PAIRS["bmm"]:
                 out = backend.empty((BH, m, n))
-                seconds = cpu_time(partial(am.bmm, ad, bd, out, ta, tb, variant=variant))
+                seconds = emu_cpu_seconds(partial(am.bmm, ad, bd, out, ta, tb, variant=variant), warm=1)
                 np.testing.assert_allclose(backend.asnumpy(out), want, rtol=1e-4, atol=1e-4)
                 record("bmm", name, variant, seconds, 2.0 * BH * m * n * k, count,
                        f"{BH} x ({m} x {k}) @ ({k} x {n})" + " A transposed" * ta + " B transposed" * tb)
@@ -141,10 +124,10 @@ def main(argv: list[str] | None = None) -> int:
         flops = 5.0 * BH * T * (T + 1) / 2  # the visible entries, a few operations each: a rate to compare only
         for variant in PAIRS["softmax"]:
             probs, ds = backend.empty((BH, T, T)), backend.empty((BH, T, T))
-            seconds = cpu_time(partial(am.softmax_forward, sd, probs, 0.25, True, variant=variant))
+            seconds = emu_cpu_seconds(partial(am.softmax_forward, sd, probs, 0.25, True, variant=variant), warm=1)
             np.testing.assert_allclose(backend.asnumpy(probs), want, rtol=1e-5, atol=1e-7)
             record("softmax_forward", "causal", variant, seconds, flops, 1, f"{BH} x {T} x {T}")
-            seconds = cpu_time(partial(am.softmax_backward, pd, dpd, ds, 0.25, True, variant=variant))
+            seconds = emu_cpu_seconds(partial(am.softmax_backward, pd, dpd, ds, 0.25, True, variant=variant), warm=1)
             np.testing.assert_allclose(backend.asnumpy(ds), want_ds, rtol=1e-4, atol=1e-6)
             record("softmax_backward", "causal", variant, seconds, flops, 1, f"{BH} x {T} x {T}")
     for side, (bmm_variant, softmax_variant) in (("gpu kernels", ("tiled", "warp")),

@@ -19,11 +19,10 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
-from common import emulator_name, solution_sources, write_results
+from common import emu_cpu_seconds, emulator_name, solution_sources, write_results
 
 ROWS, COLS = 64 * 64, 64  # batch x context, d_model
 LAUNCHES_PER_STEP = 5  # a forward and a backward each: 2 blocks x 2 LayerNorms + the final one
@@ -75,15 +74,6 @@ def gpt_steps(lm, steps: int) -> list[dict]:
     return found
 
 
-def best_cpu_seconds(fn, rounds: int) -> float:
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.thread_time()
-        fn()
-        best = min(best, time.thread_time() - start)
-    return best
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds, the best kept (default 3)")
@@ -97,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
 
     import minitorch
     from minitorch import emu
-    from minitorch.emu.specialize import specialize_now
     from minitorch.kernels import load_module, write_source
 
     minitorch.set_device("emu")
@@ -109,13 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with emu.workers(1):
         graphs = {(v, p): captured(lm, v, p) for v in ("warp", "thread") for p in ("forward", "backward")}
-        for g in graphs.values():
-            for _ in range(3):
-                g.replay()
-        specialize_now()
         for (variant, pass_), g in graphs.items():
-            g.replay()
-            seconds = best_cpu_seconds(g.replay, args.rounds)
+            seconds = emu_cpu_seconds(g.replay, args.rounds)
             rows.append({"variant": variant, "pass": pass_, "rows": ROWS, "cols": COLS, "workers": 1,
                          "cpu_seconds": seconds, "launches_per_gpt_step": LAUNCHES_PER_STEP,
                          "gpt_step_cpu_seconds": seconds * LAUNCHES_PER_STEP,
