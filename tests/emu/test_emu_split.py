@@ -5,6 +5,7 @@ detectors still find a missing barrier."""
 
 from __future__ import annotations
 
+import re
 import uuid
 import warnings
 
@@ -219,7 +220,8 @@ def test_faults_and_printf_are_reported_as_on_fibers(monkeypatch: pytest.MonkeyP
         with pytest.raises(emu.KernelFault) as ei:
             build(monkeypatch, split_on).get_function("late_fault")((1,), (64,), (emu.zeros(64, np.float32),
                                                                                    emu.asarray(at), np.int32(64)))
-        got.append((str(ei.value), capsys.readouterr().out))
+        # the faulting address depends on where y was placed (it differs between the two runs): compared without it
+        got.append((re.sub(r"0x[0-9a-f]+", "0x...", str(ei.value)), capsys.readouterr().out))
     assert got[0] == got[1]
     assert f"split_probe.cu:{line_of('fault')}" in got[0][0] and "thread (37,0,0)" in got[0][0], got[0][0]
     assert got[0][1].splitlines()[0] == "thread 3 sees 60"
