@@ -209,17 +209,29 @@ def _compare_conversion(what: str, src_bits: np.ndarray, got: np.ndarray, want: 
     raise GradeError("\n".join(lines))
 
 
+# The launcher converts four elements a thread (the _x4 kernels) when the count is a multiple of 4 and both
+# arrays are 16-byte aligned, one a thread otherwise: each test runs both paths and checks which kernel ran
+PATHS = {"one": "", "x4": "_x4"}
+
+
+def sized_for(path: str, values: np.ndarray) -> np.ndarray:
+    """`values` with as many of its first elements repeated as make its count a multiple of 4 (path "x4") or not."""
+    extra = (-values.size) % 4 if path == "x4" else (1 if values.size % 4 == 0 else 0)
+    return np.concatenate([values, values[:extra]])
+
+
 @pytest.mark.kernel("convert.cu", "float_to_half")
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.hint("round to nearest, ties to even, by integer operations on the bits: NaN -> a NaN of the same "
                   "sign (quiet bit set), |x| >= 65520 -> inf (fp16), subnormal results shifted and rounded, "
-                  "below half the smallest subnormal -> +-0")
-def test_float32_to_16bit_every_class_of_pattern(dtype):
-    bits = float_patterns()
+                  "below half the smallest subnormal -> +-0; the _x4 kernels store element 0 in the low 16 bits")
+def test_float32_to_16bit_every_class_of_pattern(dtype, path):
+    bits = sized_for(path, float_patterns())
     x = bits.view(np.float32)
     out = checks.poison(x.shape, STORAGE[dtype])
-    what = f"to_16bit(x, out, {dtype!r})"
-    kernel = "float_to_half" if dtype == "float16" else "float_to_bfloat16"
+    what = f"to_16bit(x, out, {dtype!r}) of {x.size} elements"
+    kernel = ("float_to_half" if dtype == "float16" else "float_to_bfloat16") + PATHS[path]
     checks.reset_launches()
     x_dev = backend.asarray(x)
     checks.run_without_host_transfers(what, lambda: convert_module().to_16bit(x_dev, out, dtype))
@@ -231,15 +243,17 @@ def test_float32_to_16bit_every_class_of_pattern(dtype):
 
 
 @pytest.mark.kernel("convert.cu", "half_to_float")
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", FORMATS)
 @pytest.mark.hint("widening is exact: rebias the exponent; fp16 subnormals become float32 normals (shift the "
-                  "fraction up to its leading 1); exponent all ones: inf or NaN, sign kept")
-def test_16bit_to_float32_every_pattern(dtype):
-    every = np.arange(65536, dtype=np.uint32).astype(np.uint16)
+                  "fraction up to its leading 1); exponent all ones: inf or NaN, sign kept; the _x4 kernels read "
+                  "element 0 from the low 16 bits")
+def test_16bit_to_float32_every_pattern(dtype, path):
+    every = sized_for(path, np.arange(65536, dtype=np.uint32).astype(np.uint16))
     x = every.view(np.float16) if dtype == "float16" else every
     out = checks.poison(every.shape)
-    what = f"from_16bit(x, out, {dtype!r})"
-    kernel = "half_to_float" if dtype == "float16" else "bfloat16_to_float"
+    what = f"from_16bit(x, out, {dtype!r}) of {x.size} elements"
+    kernel = ("half_to_float" if dtype == "float16" else "bfloat16_to_float") + PATHS[path]
     checks.reset_launches()
     x_dev = backend.asarray(x)
     checks.run_without_host_transfers(what, lambda: convert_module().from_16bit(x_dev, out, dtype))
@@ -252,21 +266,49 @@ def test_16bit_to_float32_every_pattern(dtype):
 
 
 @pytest.mark.kernel("convert.cu", "float_to_bfloat16")
-@pytest.mark.parametrize("n", [1, 7, 1000] + ([(1 << 22) + 3] if ON_GPU else []), ids=str)
-@pytest.mark.hint("a grid-stride loop over all n elements, n of any size; nothing written past the end")
-def test_conversions_at_every_length(n):
+@pytest.mark.parametrize("n", [1, 7, 1000] + ([(1 << 22) + 3, 1 << 22] if ON_GPU else []), ids=str)
+@pytest.mark.parametrize("aligned", [True, False], ids=["aligned", "misaligned"])
+@pytest.mark.hint("a grid-stride loop over all n elements (n / 4 quads in the _x4 kernels), n of any size; "
+                  "nothing written past the end; an array that does not start 16-byte aligned goes to the kernels "
+                  "of one element a thread")
+def test_conversions_at_every_length(n, aligned):
     x = checks.rng("lengths", n).standard_normal(n).astype(np.float32) * 1000
+    _, x_dev = placed(backend.zeros((n + 8,), np.float32), n, aligned)
+    x_dev.set(x)
+    where = "16-byte aligned" if aligned else "not 16-byte aligned"
     for dtype in FORMATS:
-        out = checks.poison((n,), STORAGE[dtype])
-        launch_checked(f"to_16bit of {n} elements", partial(convert_module().to_16bit, backend.asarray(x), out,
-                                                             dtype))
+        out_buffer, out = placed(checks.poison((n + 8,), STORAGE[dtype]), n, aligned)
+        launch_checked(f"to_16bit of {n} elements", partial(convert_module().to_16bit, x_dev, out, dtype))
         want = half_reference(x) if dtype == "float16" else bfloat16_reference(x)
         checks.assert_bitwise_equal(checks.to_host(out).view(np.uint16), want,
-                                    what=f"to_16bit(x, out, {dtype!r}) of {n} elements (bits)")
-        back = checks.poison((n,))
+                                    what=f"to_16bit(x, out, {dtype!r}) of {n} elements (bits), {where}")
+        untouched_around(out_buffer, out, f"to_16bit(x, out, {dtype!r}) of {n} elements, {where}")
+        back_buffer, back = placed(checks.poison((n + 8,)), n, aligned)
         launch_checked(f"from_16bit of {n} elements", partial(convert_module().from_16bit, out, back, dtype))
         checks.assert_bitwise_equal(back, widen_host(want, dtype).astype(np.float32),
-                                    what=f"from_16bit(x, out, {dtype!r}) of {n} elements")
+                                    what=f"from_16bit(x, out, {dtype!r}) of {n} elements, {where}")
+        untouched_around(back_buffer, back, f"from_16bit(x, out, {dtype!r}) of {n} elements, {where}")
+
+
+def placed(buffer: Any, n: int, aligned: bool) -> tuple[Any, Any]:
+    """`buffer` (1-D, n + 8 long, on the device) and a view of n of its elements that starts 16-byte aligned or
+    not."""
+    for start in range(8):
+        view = buffer[start:start + n]
+        if (view.data.ptr % 16 == 0) == aligned:
+            return buffer, view
+    raise AssertionError("no view of the wanted alignment")  # unreachable: elements are 2 or 4 bytes
+
+
+def untouched_around(buffer: Any, view: Any, what: str) -> None:
+    """The elements of the poisoned `buffer` before and after `view` still hold the poison."""
+    host = checks.to_host(buffer)
+    start = (view.data.ptr - buffer.data.ptr) // host.itemsize
+    outside = np.concatenate([host[:start], host[start + view.size:]])
+    poison = checks.poisoned_host(outside.shape, outside.dtype)
+    if outside.tobytes() != poison.tobytes():
+        raise GradeError(f"{what}: an element outside the array was written (the array is a view of a larger "
+                         f"buffer: the kernels wrote past its start or end)")
 
 
 @pytest.mark.hint("convert.py checks its arguments, and names what it expected and what it got, before launching")

@@ -762,8 +762,10 @@ def _misaligned(k: Kernel, loaded: _Loaded, res: rt.EmuResult, arrays: list[tupl
             off = addr - a.ptr
             item = a.dtype.itemsize
             elem = f"element {off // item}" if off % item == 0 else f"byte {off}"
+            # (the address's own remainder: an argument that is a view may itself start off a multiple)
+            start = "" if a.ptr % align == 0 else f"; the array itself starts {a.ptr % align} bytes past one"
             desc = (f"argument #{i}{f' (`{name}`)' if name else ''} at {elem} (byte offset {off}, "
-                    f"{off % align} bytes past a multiple of {align})")
+                    f"{addr % align} bytes past a multiple of {align}{start})")
             attrs.update(argument=i, argument_name=name or None, offset=off, nbytes=a.nbytes)
             break
     return KernelFault(

@@ -153,7 +153,7 @@ def test_batch_ignoring_blockidx_z_or_with_the_wrong_stride_is_rejected(tmp_path
 def test_float_to_half_that_truncates_is_rejected(tmp_path):
     files = solution_sources()
     files["convert.cu"] = replace_once(files["convert.cu"], ROUND, "        const unsigned rounded = mag;\n")
-    report = grade(tmp_path, files, "-k", "test_float32_to_16bit_every_class_of_pattern and not bfloat16")
+    report = grade(tmp_path, files, "-k", "test_float32_to_16bit_every_class_of_pattern and not bfloat16 and not x4")
     [check] = results(report, "test_float32_to_16bit_every_class_of_pattern")
     assert failed(check) and "differ from the reference" in check["reason"], check
     assert "a tie of fp16" in check["reason"] and "a normal float" in check["reason"], check
@@ -167,15 +167,38 @@ def test_float_to_half_mishandling_nan_or_overflow_is_rejected(tmp_path):
     files = solution_sources()
     files["convert.cu"] = replace_once(files["convert.cu"], NAN, NAN.replace("0x7e00u", "0x7c00u"))
     (tmp_path / "nan").mkdir()
-    report = grade(tmp_path / "nan", files, "-k", "test_float32_to_16bit_every_class_of_pattern and not bfloat16")
+    report = grade(tmp_path / "nan", files, "-k", "test_float32_to_16bit_every_class_of_pattern and not bfloat16 and not x4")
     [check] = results(report, "test_float32_to_16bit_every_class_of_pattern")
     assert failed(check) and "NaN" in check["reason"] and "(or any NaN of this sign)" in check["reason"], check
     files = solution_sources()
     files["convert.cu"] = replace_once(files["convert.cu"], OVERFLOW, "    if (mag >= 0x7f800000u) {\n")
     (tmp_path / "overflow").mkdir()
-    report = grade(tmp_path / "overflow", files, "-k", "test_float32_to_16bit_every_class_of_pattern and not bfloat16")
+    report = grade(tmp_path / "overflow", files, "-k", "test_float32_to_16bit_every_class_of_pattern and not bfloat16 and not x4")
     [check] = results(report, "test_float32_to_16bit_every_class_of_pattern")
     assert failed(check) and "past fp16's range (>= 65520 rounds to inf)" in check["reason"], check
+
+
+PACK = "    return (unsigned)lo | ((unsigned)hi << 16);\n"
+X4_CHOICE = "    if n % 4 == 0 and x.data.ptr % 16 == 0 and out.data.ptr % 16 == 0:\n"
+
+
+@needs_emu
+@pytest.mark.slow
+def test_four_a_thread_conversions_with_swapped_halves_or_taken_when_misaligned_are_rejected(tmp_path):
+    """The _x4 kernels storing element 1 where element 0 goes; a launcher that takes them for any n % 4 == 0,
+    aligned or not (16-byte loads at an address 4 bytes past a boundary: a misaligned access)."""
+    files = solution_sources()
+    files["convert.cu"] = replace_once(files["convert.cu"], PACK, "    return (unsigned)hi | ((unsigned)lo << 16);\n")
+    (tmp_path / "swapped").mkdir()
+    report = grade(tmp_path / "swapped", files, "-k", "test_float32_to_16bit_every_class_of_pattern and float16")
+    checks = results(report, "test_float32_to_16bit_every_class_of_pattern")
+    assert any(failed(c) and "patterns differ from the reference" in c["reason"] for c in checks), checks
+    files = solution_sources()
+    files["convert.py"] = replace_once(files["convert.py"], X4_CHOICE, "    if n % 4 == 0:\n")
+    (tmp_path / "misaligned").mkdir()
+    report = grade(tmp_path / "misaligned", files, "-k", "test_conversions_at_every_length")
+    checks = results(report, "test_conversions_at_every_length")
+    assert any(failed(c) and "misaligned" in c["reason"] for c in checks), checks
 
 
 HOST_PRODUCT = (
