@@ -279,7 +279,8 @@ class Ladder:
         assert _ld(out) == n, "the lab's rung 6 writes a contiguous C"
         # one 256-byte parameter: A's map, then B's (the lab's kernel reads maps[0] and maps[1])
         maps = (ctypes.c_uint8 * 256).from_buffer_copy(ctypes.string_at(map_a[1], 128) + ctypes.string_at(map_b[1], 128))
-        args = [maps, ctypes.c_uint64(out.data_ptr()), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
+        args = [maps, ctypes.c_uint64(out.data_ptr()), ctypes.c_uint64(0), ctypes.c_int(0),  # no bias
+                ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
         launch = self.driver.launcher(func, (min(tiles, self.sms), 1), 384, smem, args)
         launch.keep += (a, b, out, map_a, map_b)
         return launch

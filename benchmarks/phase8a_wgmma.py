@@ -108,8 +108,10 @@ def rung6_source(peak: bool = False) -> str:
     edits = [("struct __align__(128) TensorMap { u64 word[16]; };\n",
               "struct __align__(128) TensorMap { u64 word[16]; };\n"
               "struct __align__(64) TensorMapPair { u64 word[32]; };  // a CUtensorMap parameter is 64-aligned\n"),
-             ("    hgemm_6_wgmma(const TensorMap* maps, O* C, int M, int N, int K) {\n",
-              "    hgemm_6_wgmma(const __grid_constant__ TensorMapPair by_value, O* C, int M, int N, int K) {\n"
+             ("    hgemm_6_wgmma(const TensorMap* maps, O* C, const float* bias, int has_bias, int M,\n"
+              "                  int N, int K) {\n",
+              "    hgemm_6_wgmma(const __grid_constant__ TensorMapPair by_value, O* C, const float* bias,\n"
+              "                  int has_bias, int M, int N, int K) {\n"
               "    const TensorMap* maps = reinterpret_cast<const TensorMap*>(by_value.word);\n")]
     for old, new in edits:
         if src.count(old) != 1:
@@ -143,7 +145,8 @@ def by_value_launch(hg, a, b, out, dtype: str):
     m, n = out.shape
     k = a.shape[1]
     tiles = -(-m // 128) * -(-n // 256)
-    args = [maps, ctypes.c_uint64(out.data.ptr), ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)]
+    args = [maps, ctypes.c_uint64(out.data.ptr), ctypes.c_uint64(0), ctypes.c_int(0), ctypes.c_int(m), ctypes.c_int(n),
+            ctypes.c_int(k)]  # no bias (has_bias 0: the null pointer is never read)
     launch = driver.launcher(ptr, (min(tiles, hg.multiprocessors()), 1), hg.WGMMA_THREADS, hg.WGMMA_SMEM, args)
     launch.keep += (a, b, out, mod)
     return launch

@@ -103,3 +103,41 @@ def test_a_bf16_autocast_run_follows_the_fp32_run(device):
     assert decrease > 0.3 * fp32[0]
     assert np.max(np.abs(bf16 - fp32)) <= 0.01 * decrease  # as test_amp's MLP (measured there: 0.11%)
     assert np.any(bf16 != fp32)
+
+
+@pytest.mark.parametrize("variant", [None, "pipeline"], ids=["default", "rung 5"])
+def test_linear_under_autocast_adds_its_bias_in_the_product(device, variant):
+    """A Linear layer under autocast is one product whose epilogue adds the bias (autograd.LinearBias; on rungs 5
+    and 6 of the lab's hgemm, elsewhere add_bias after it): output and gradients bit for bit those of the
+    product and the bias add as two Functions, and no add_bias launch where the product's rung adds it."""
+    m, k, n = (70, 40, 36) if device == "emu" else (1000, 384, 1152)
+    rng = np.random.default_rng(14)
+    x_host = rng.standard_normal((m, k)).astype(np.float32)
+    grad_host = rng.standard_normal((m, n)).astype(np.float32)
+    layer = minitorch.nn.Linear(k, n, seed=3, device=device)
+    previous = ops.set_hgemm_variant(variant)
+    try:
+        runs = []
+        for fused in (True, False):
+            x = minitorch.tensor(x_host, device, requires_grad=True)
+            layer.zero_grad()
+            kernels.reset_launch_counts()
+            with amp.autocast("bfloat16"):
+                y = layer(x) if fused else x @ layer.weight + layer.bias
+            adds = sum(n for (f, fn), n in kernels.launch_counts().items() if fn == "add_bias")
+            y.backward(minitorch.tensor(grad_host, device))
+            runs.append((y.numpy(), x.grad.numpy(), layer.weight.grad.numpy(), layer.bias.grad.numpy(), adds))
+    finally:
+        ops.set_hgemm_variant(previous)
+    (fused_run, plain_run) = runs
+    for name, got, want in zip(("y", "x.grad", "weight.grad"), fused_run[:3], plain_run[:3], strict=False):
+        assert got.tobytes() == want.tobytes(), name
+    # the bias gradient: column sums, added by atomics across chunks of rows on a GPU (their order varies)
+    np.testing.assert_allclose(fused_run[3], plain_run[3], rtol=0 if device == "emu" else 1e-5,
+                               atol=0 if device == "emu" else 1e-5 * float(np.abs(plain_run[3]).max()))
+    assert plain_run[4] == 1
+    epilogue = variant == "pipeline" or (device == "cuda" and variant is None)
+    assert fused_run[4] == (0 if epilogue else 1)
+    expected = (x_host.astype(np.float64) @ layer.weight.numpy().astype(np.float64)
+                + layer.bias.numpy().astype(np.float64))
+    assert np.max(np.abs(fused_run[0] - expected)) <= 0.05 * np.max(np.abs(expected))  # bf16 operands

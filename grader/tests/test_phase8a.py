@@ -447,6 +447,66 @@ def test_rung_values(variant, m, k, n):
                 run_hgemm(variant, m, k, n, dtype, ta, tb, out16)
 
 
+def run_bias(variant: str, m: int, k: int, n: int, dtype: str, tb: bool, out16: bool) -> None:
+    """hgemm(..., bias=) of fresh operands: C = op(A)·op(B) + bias (every row), the bias added in float32 before
+    C is stored or rounded; the bias and the operands unchanged."""
+    stored_a, stored_b, a64, b64 = operands(m, k, n, dtype, False, tb, variant, "bias")
+    a, b = backend.asarray(stored_a), backend.asarray(stored_b)
+    bias_host = checks.rng("bias", m, k, n, dtype).uniform(-4, 4, n).astype(np.float32)
+    bias = backend.asarray(bias_host)
+    out = checks.poison((m, n), STORAGE[dtype] if out16 else np.dtype(np.float32))
+    what = (f"hgemm(variant={variant!r}, dtype={dtype!r}, bias=) of op(A) {m} x {k} @ op(B) {k} x {n} into "
+            f"{'16 bits' if out16 else 'float32'}" + (", B stored N x K" if tb else ""))
+    launch_checked(what, partial(hgemm_module().hgemm, a, b, out, dtype, variant, transpose_b=tb, bias=bias))
+    got_raw = checks.to_host(out)
+    got = widen_host(got_raw, dtype) if out16 else got_raw.astype(np.float64)
+    expected = a64 @ b64 + bias_host.astype(np.float64)
+    # the product's bound (of a float32 accumulation), one float32 addition of the bias, and the rounding of
+    # a 16-bit C (relative to |C|, which the bias changes)
+    bound = hgemm_bound(a64, b64, dtype, False) + 2.0 ** -23 * np.abs(expected)
+    if out16:
+        bound = bound + (2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11) * (np.abs(expected) + bound) + 2.0 ** -24
+    bad = ~(np.abs(got - expected) <= bound)
+    if bad.any():
+        r, c = (int(i) for i in np.argwhere(bad)[0])
+        no_bias = float((a64 @ b64)[r, c])
+        raise GradeError(f"{what}: {int(bad.sum())} of {expected.size} values differ from op(A)·op(B) + bias "
+                         f"(float64) by more than the bound; first C[{r}][{c}] = {float(got[r, c])!r}, expected "
+                         f"{float(expected[r, c])!r} (without the bias: {no_bias!r}; bias[{c}] = "
+                         f"{float(bias_host[c])!r})")
+    checks.assert_bitwise_equal(bias, bias_host, what=f"{what}: the bias after the call (must not change)")
+    checks.assert_bitwise_equal(a, stored_a, what=f"{what}: A after the call (must not change)")
+
+
+@pytest.mark.kernel("hgemm.cu", "hgemm_5_pipeline")
+@pytest.mark.parametrize("m, k, n", [(70, 40, 9), (129, 33, 65), (300, 64, 136)], ids=str)
+@pytest.mark.hint("with has_bias, add bias[c] to the float32 sum of column c before it is stored (or rounded to "
+                  "16 bits), in every tile, at every edge; a column past N has no bias to read")
+def test_bias_added_as_c_is_stored(m, k, n):
+    for dtype in FORMATS:
+        for out16 in (False, True):
+            for tb in (False, True):
+                run_bias("pipeline", m, k, n, dtype, tb, out16)
+    run_bias("best", m, k, n, "bfloat16", False, False)
+
+
+@pytest.mark.hint("hgemm.py checks a bias before launching: a float32 device vector of N values, on rungs 5 "
+                  "and 6 (and 'best') only")
+def test_bias_launcher_rejects_bad_arguments():
+    hg = hgemm_module()
+    a, b = backend.asarray(np.zeros((4, 8), np.uint16)), backend.asarray(np.zeros((8, 6), np.uint16))
+    out = backend.empty((4, 6))
+    good = backend.asarray(np.zeros(6, np.float32))
+    checks.expect_error("a bias on rung 1", lambda: hg.hgemm(a, b, out, "bfloat16", "wmma", bias=good), ValueError,
+                        "wmma")
+    checks.expect_error("a bias of 5 values for N = 6", lambda: hg.hgemm(
+        a, b, out, "bfloat16", "pipeline", bias=backend.asarray(np.zeros(5, np.float32))), ValueError, "(6,)")
+    checks.expect_error("a float64 bias", lambda: hg.hgemm(
+        a, b, out, "bfloat16", "pipeline", bias=backend.asarray(np.zeros(6))), ValueError, "float32")
+    checks.expect_error("a NumPy bias", lambda: hg.hgemm(a, b, out, "bfloat16", "pipeline",
+                                                         bias=np.zeros(6, np.float32)), TypeError, "numpy")
+
+
 @pytest.mark.kernel("hgemm.cu", "hgemm_5_pipeline")
 @pytest.mark.parametrize("m, k, n", [(40, 70, 24), (129, 33, 65)], ids=str)
 @pytest.mark.hint("variant='best' runs your fastest rung, right at every size")

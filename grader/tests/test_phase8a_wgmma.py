@@ -28,6 +28,7 @@ from test_phase8a import (
     hgemm_module,
     launches_of,
     operands,
+    run_bias,
 )
 
 from grader import checks
@@ -95,6 +96,22 @@ def test_wgmma_values(m, k, n):
             for ta, tb in LAYOUTS:
                 run_wgmma(m, k, n, dtype, ta, tb, out16)
 
+
+
+@HOPPER
+@RUNG6
+@pytest.mark.parametrize("m, k, n", [(129, 72, 136), (1000, 384, 1152), (8, 40, 3000)], ids=str)
+@pytest.mark.hint("with has_bias, add bias[col] to the fp32 accumulators of column col before the epilogue "
+                  "stores (or rounds) them; a column past N has no bias to read")
+def test_wgmma_bias_added_as_c_is_stored(m, k, n):
+    for dtype in FORMATS:
+        for out16 in (False, True):
+            for tb in (False, True):
+                checks.reset_launches()
+                run_bias("wgmma", m, k, n, dtype, tb, out16)
+                if launches_of(WGMMA_FILE, WGMMA_KERNEL) == 0:
+                    raise GradeError(f"hgemm(variant='wgmma', bias=) of {m} x {k} x {n}: no launch of "
+                                     f"`{WGMMA_KERNEL}` was recorded")
 
 
 @HOPPER

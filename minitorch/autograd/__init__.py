@@ -30,7 +30,7 @@ from minitorch.autograd.function import (
 )
 from minitorch.autograd.gelu import GELU
 from minitorch.autograd.layernorm import LayerNorm
-from minitorch.autograd.linalg import MatMul, Transpose
+from minitorch.autograd.linalg import LinearBias, MatMul, Transpose
 from minitorch.autograd.loss import MSELoss
 from minitorch.autograd.pooling import MaxPool2d
 from minitorch.autograd.precision import Cast
@@ -39,7 +39,7 @@ from minitorch.autograd.shape import Reshape
 from minitorch.autograd.softmax import CrossEntropy, LogSoftmax, Softmax
 
 __all__ = [
-    "Add", "AddBias", "Context", "Function", "MSELoss", "MatMul", "Mean", "Mul", "ReLU", "Reshape", "ScalarMul",
+    "Add", "AddBias", "Context", "Function", "LinearBias", "MSELoss", "MatMul", "Mean", "Mul", "ReLU", "Reshape", "ScalarMul",
     "Sigmoid", "Sub", "Sum", "Transpose", "add", "enable_grad", "host_scalar", "is_grad_enabled", "mark_host_value",
     "no_grad",
     # Phase 6

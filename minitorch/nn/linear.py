@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from minitorch import backend
+from minitorch import autograd, backend, ops
 from minitorch.nn.module import Module, _assign
-from minitorch.tensor import DTypeLike, Tensor, _check_device, check_dtype
+from minitorch.tensor import DTYPE, DTypeLike, Tensor, _check_device, check_dtype
 
 __all__ = ["Linear"]
 
@@ -50,9 +50,14 @@ class Linear(Module):
         lead = x.shape[:-1]
         if x.ndim > 2:  # (B, T, in): one matmul over the B*T rows of a view, no copy
             x = x.reshape(-1, self.in_features)
-        y = x @ self.weight
-        if self.bias is not None:
-            y = y + self.bias
+        if (self.bias is not None and x.dtype == self.weight.dtype == DTYPE
+                and ops.product_dtype(x.dtype) is not None):
+            # under autocast: one product that adds the bias as it stores y (autograd.LinearBias)
+            y = autograd.LinearBias.apply(x, self.weight, self.bias)
+        else:
+            y = x @ self.weight
+            if self.bias is not None:
+                y = y + self.bias
         return y.reshape(*lead, self.out_features) if len(lead) > 1 else y
 
     def set_weights(self, weight: Any, bias: Any = None) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from minitorch import backend, dtypes, kernels
 from minitorch.ops.dispatch import check_tensors, cpu_result, empty, launch, matrix
+from minitorch.ops.elementwise import add_bias
 from minitorch.ops.precision import autocast_dtype, convert
 from minitorch.ops.reduce import bias_grad
 from minitorch.tensor import DTYPE, HALF, Tensor
@@ -102,9 +103,14 @@ def hgemm_variant(device: str, m: int, n: int, k: int) -> str:
     return "wmma" if device == "emu" or m * n <= GPU_SMALL_OUTPUT else "best"
 
 
+BIAS_VARIANTS = ("best", "pipeline", "wgmma")  # the rungs of hgemm.py that add a bias as they store C
+
+
 def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: bool, transpose_b: bool,
-           mnk: tuple[int, int, int]) -> None:
-    """One launch of the learner's ``hgemm.py`` (a matrix or a stack of them), on the variant the setting picks."""
+           mnk: tuple[int, int, int], bias: Any = None) -> bool:
+    """One launch of the learner's ``hgemm.py`` (a matrix or a stack of them), on the variant the setting picks.
+    ``bias`` (a float32 device vector of N values, or None) is added by the launch where the variant adds one
+    (rungs 5 and 6); returns whether it was (else the caller adds it)."""
     m, n, k = mnk
     choice = _hgemm_variant
     if callable(choice):
@@ -116,8 +122,13 @@ def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: boo
         # branch of a graph, concurrent with one on the main stream, would race for it; rung 5 keeps none
         # ("best" is rung 6 on an sm_90 GPU for a long K: the lab's hgemm.py, best_variant)
         choice = "pipeline"
+    if bias is not None and choice in BIAS_VARIANTS:  # positional: a plan replays it with the bias of each call
+        launch(device, HGEMM_FILE, "hgemm", a, b, out, compute.name, choice, transpose_a, transpose_b, bias,
+               outputs=(2,))
+        return True
     launch(device, HGEMM_FILE, "hgemm", a, b, out, outputs=(2,), dtype=compute.name, variant=choice,
            transpose_a=transpose_a, transpose_b=transpose_b)
+    return bias is None
 
 
 def transpose(a: Tensor) -> Tensor:
@@ -157,13 +168,20 @@ def product_dtype(dtype: Any, compute_dtype: Any = None) -> Any:
 
 
 def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool = False,
-           compute_dtype: Any = None, out_dtype: Any = None) -> Tensor:
+           compute_dtype: Any = None, out_dtype: Any = None, bias: Tensor | None = None) -> Tensor:
     """op(a) @ op(b) -> (M, N), where op(a) = aᵀ if ``transpose_a`` (then a is (K, M)), else a (M, K);
     likewise op(b) is (K, N).
 
     16-bit operands (both float16 or both bfloat16) give their dtype, or float32 with
     ``out_dtype=float32``. Float32 operands are rounded to ``compute_dtype`` (float16 or bfloat16;
-    default: the autocast dtype, if any) and give float32."""
+    default: the autocast dtype, if any) and give float32.
+
+    ``bias``: a float32 (N,) tensor added to every row of a float32 result (a Linear layer's). On the
+    tensor cores' rungs 5 and 6 it is added as the product is stored (no pass of its own over the result);
+    elsewhere by ``add_bias`` after the product. Either way each element is the float32 sum plus the bias,
+    rounded once: the same bits."""
+    if bias is not None:
+        return _matmul_bias(a, b, bias, transpose_a, transpose_b, compute_dtype, out_dtype)
     device, dtype = check_tensors("matmul", half=True, a=a, b=b)
     out_dt = dtype
     if out_dtype is not None:
@@ -199,6 +217,32 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
         b = transpose(b)
     launch(device, "matmul.py", "matmul", a.data, b.data, out, outputs=(2,))
     return Tensor(out, device)
+
+
+def _matmul_bias(a: Tensor, b: Tensor, bias: Tensor, transpose_a: bool, transpose_b: bool, compute_dtype: Any,
+                 out_dtype: Any) -> Tensor:
+    device, dtype = check_tensors("matmul", half=True, a=a, b=b)
+    bias_device, _ = check_tensors("matmul", bias=bias)  # a float32 bias
+    if bias_device != device:
+        raise ValueError(f"matmul: bias is on {bias_device!r}, the operands on {device!r}")
+    n = b.shape[0] if transpose_b else b.shape[-1]
+    if bias.shape != (n,):
+        raise ValueError(f"matmul: bias must have shape ({n},), one value per column of the product; got "
+                         f"{bias.shape}")
+    compute = dtype if dtype in HALF else product_dtype(dtype, compute_dtype)
+    out_dt = dtypes.resolve(out_dtype) if out_dtype is not None else dtype
+    fused = (device != "cpu" and compute is not None and out_dt == DTYPE and a.ndim == 2 and b.ndim == 2
+             and not transpose_a and a.shape[0] and n and (b.shape[1] if transpose_b else b.shape[0]))
+    if fused:  # the forward product of a Linear layer under autocast: the bias added as C is stored
+        m, k = a.shape
+        a16, b16 = convert(a, compute), convert(b, compute)
+        out = empty(device, (m, n))
+        if _hgemm(device, a16.data, b16.data, out, compute, False, transpose_b, (m, n, k), bias=bias.data):
+            return Tensor(out, device)
+        return add_bias(Tensor(out, device), bias)
+    product = matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b, compute_dtype=compute_dtype,
+                     out_dtype=out_dtype)
+    return add_bias(product, bias)
 
 
 def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tuple[int, int, int],

@@ -201,6 +201,30 @@ def test_four_a_thread_conversions_with_swapped_halves_or_taken_when_misaligned_
     assert any(failed(c) and "misaligned" in c["reason"] for c in checks), checks
 
 
+BIAS_READ = "                if (c < N) b0 = bias[c];\n"
+BIAS_FLAG = "        args += (no_bias() if bias is None else bias, np.int32(bias is not None))\n"
+
+
+@needs_emu
+@pytest.mark.slow
+def test_bias_epilogue_reading_by_row_or_never_switched_on_is_rejected(tmp_path):
+    """Rung 5's epilogue adding bias[r] (the row's) instead of bias[c]; a launcher that passes the bias with
+    has_bias = 0 (the product comes back without it)."""
+    files = solution_sources()
+    files["hgemm.cu"] = replace_once(files["hgemm.cu"], BIAS_READ, "                if (r < N) b0 = bias[r];\n")
+    (tmp_path / "row").mkdir()
+    report = grade(tmp_path / "row", files, "-k", "test_bias_added_as_c_is_stored")
+    checks = results(report, "test_bias_added_as_c_is_stored")
+    assert any(failed(c) and "op(A)·op(B) + bias" in c["reason"] for c in checks), checks
+    files = solution_sources()
+    files["hgemm.py"] = replace_once(files["hgemm.py"], BIAS_FLAG,
+                                     BIAS_FLAG.replace("np.int32(bias is not None)", "np.int32(0)"))
+    (tmp_path / "off").mkdir()
+    report = grade(tmp_path / "off", files, "-k", "test_bias_added_as_c_is_stored")
+    checks = results(report, "test_bias_added_as_c_is_stored")
+    assert any(failed(c) and "without the bias" in c["reason"] for c in checks), checks
+
+
 HOST_PRODUCT = (
     "    widen = ((lambda x: x.astype(np.float32)) if dtype == 'float16'\n"
     "             else (lambda x: (x.astype(np.uint32) << 16).view(np.float32)))\n"
