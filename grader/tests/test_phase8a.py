@@ -311,6 +311,54 @@ def untouched_around(buffer: Any, view: Any, what: str) -> None:
                          f"buffer: the kernels wrote past its start or end)")
 
 
+@pytest.mark.kernel("convert.cu", "float_to_bfloat16_column_sums")
+@pytest.mark.parametrize("rows, cols", [(1, 1), (7, 13), (70, 36), (300, 384), (1000, 6)]
+                         + ([(16384, 1152)] if ON_GPU else []), ids=str)
+@pytest.mark.hint("one pass: each element rounded as to_16bit rounds it, and the float32 sum of every column of x "
+                  "(the launcher zeroes sums: the blocks of rows add into it); columns past cols neither read nor "
+                  "written; 16-byte loads only where cols is a multiple of 4 and the arrays are aligned")
+def test_conversion_with_column_sums(rows, cols):
+    x = checks.rng("column sums", rows, cols).standard_normal((rows, cols)).astype(np.float32) * 100
+    for dtype in FORMATS:
+        for aligned in (True, False) if rows * cols > 1 else (True,):
+            x_buffer, x_dev = placed(backend.zeros((rows * cols + 8,), np.float32), rows * cols, aligned)
+            x_dev.set(x.reshape(-1))
+            out_buffer, out = placed(checks.poison((rows * cols + 8,), STORAGE[dtype]), rows * cols, aligned)
+            sums = checks.poison((cols,))
+            where = "16-byte aligned" if aligned else "not 16-byte aligned"
+            what = f"to_16bit_column_sums(x {rows} x {cols}, out, sums, {dtype!r}), {where}"
+            launch_checked(what, partial(convert_module().to_16bit_column_sums, x_dev.reshape(rows, cols),
+                                         out.reshape(rows, cols), sums, dtype))
+            want = half_reference(x) if dtype == "float16" else bfloat16_reference(x)
+            checks.assert_bitwise_equal(checks.to_host(out).view(np.uint16).reshape(rows, cols), want,
+                                        what=f"{what}: out (bits)")
+            untouched_around(out_buffer, out, what)
+            # float32 sums of `rows` values: within rows * 2^-24 * sum |x| of the float64 sum (any order)
+            exact = x.astype(np.float64).sum(axis=0)
+            bound = rows * 2.0 ** -24 * np.abs(x.astype(np.float64)).sum(axis=0) * 1.01 + 1e-30
+            got = checks.to_host(sums).astype(np.float64)
+            bad = ~(np.abs(got - exact) <= bound)
+            if bad.any():
+                c = int(np.flatnonzero(bad)[0])
+                raise GradeError(f"{what}: {int(bad.sum())} of {cols} column sums are wrong; first column {c}: got "
+                                 f"{got[c]!r}, expected {exact[c]!r} (float64; bound {bound[c]:.3g})"
+                                 + (" — NaN: was sums zeroed before the blocks added into it?"
+                                    if np.isnan(got[c]) else ""))
+
+
+@pytest.mark.hint("convert.py checks its arguments, and names what it expected and what it got, before launching")
+def test_column_sums_launcher_rejects_bad_arguments():
+    cv = convert_module()
+    x = backend.asarray(np.ones((3, 4), np.float32))
+    out = backend.empty((3, 4), np.uint16)
+    checks.expect_error("to_16bit_column_sums with 3 sums for 4 columns", lambda: cv.to_16bit_column_sums(
+        x, out, backend.empty((3,), np.float32), "bfloat16"), ValueError, "(4,)", "(3,)")
+    checks.expect_error("to_16bit_column_sums of a 1-D x", lambda: cv.to_16bit_column_sums(
+        x.reshape(12), out.reshape(12), backend.empty((12,), np.float32), "bfloat16"), ValueError, "matrix")
+    checks.expect_error("to_16bit_column_sums with float64 sums", lambda: cv.to_16bit_column_sums(
+        x, out, backend.empty((4,), np.float64), "bfloat16"), TypeError, "float64")
+
+
 @pytest.mark.hint("convert.py checks its arguments, and names what it expected and what it got, before launching")
 def test_conversion_launcher_rejects_bad_arguments():
     cv = convert_module()

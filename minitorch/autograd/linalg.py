@@ -58,11 +58,16 @@ class LinearBias(Function):
     """y = x @ W + b under autocast (a Linear layer's forward): one product whose bias is added as it is
     stored (``ops.matmul(..., bias=b)``: on the tensor cores' rungs 5 and 6 no pass of its own over y). The
     gradients are MatMul's and AddBias's: dx = dy @ Wᵀ, dW = xᵀ @ dy (16-bit products, float32 results), db
-    = the column sums of dy; each the same bits as the two Functions give."""
+    = the column sums of dy. One pass over dy rounds it for the products and sums its columns
+    (``ops.convert_with_column_sums``) where AddBias and MatMul would read it twice; dx and dW are the same bits
+    as theirs, db the same sums (added in another order where blocks of rows meet by atomics)."""
 
     @staticmethod
     def forward(ctx: Context, x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-        ctx.compute = compute = ops.product_dtype(x.dtype)
+        # x float32 (rounded here), or already in the autocast dtype (used as it is, as MatMul does: its gradient
+        # then comes out in that dtype)
+        ctx.compute = compute = ops.product_dtype(x.dtype) or x.dtype
+        ctx.grad_x_dtype = x.dtype
         x16, w16 = ops.convert(x, compute), ops.convert(w, compute)
         ctx.save_for_backward(x16, w16)
         return ops.matmul(x16, w16, out_dtype=DTYPE, bias=b)
@@ -70,11 +75,17 @@ class LinearBias(Function):
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         x16, w16 = ctx.saved_tensors
-        g16 = ops.convert(grad, ctx.compute)
-        grad_x = ops.matmul(g16, w16, transpose_b=True, out_dtype=DTYPE) if ctx.needs_input_grad[0] else None
+        grad_b = None
+        if ctx.needs_input_grad[2] and grad.dtype == DTYPE:  # one pass over dy: its 16-bit copy and column sums
+            g16, grad_b = ops.convert_with_column_sums(grad, ctx.compute)
+        else:
+            g16 = ops.convert(grad, ctx.compute)
+        grad_x = (ops.matmul(g16, w16, transpose_b=True, out_dtype=ctx.grad_x_dtype) if ctx.needs_input_grad[0]
+                  else None)
         with ops.weight_grad_branch(grad.device):
             grad_w = ops.matmul(x16, g16, transpose_a=True, out_dtype=DTYPE) if ctx.needs_input_grad[1] else None
-            grad_b = ops.bias_grad(grad) if ctx.needs_input_grad[2] else None
+            if ctx.needs_input_grad[2] and grad_b is None:
+                grad_b = ops.bias_grad(ops.convert(grad, DTYPE))
         return grad_x, grad_w, grad_b
 
 

@@ -50,8 +50,8 @@ class Linear(Module):
         lead = x.shape[:-1]
         if x.ndim > 2:  # (B, T, in): one matmul over the B*T rows of a view, no copy
             x = x.reshape(-1, self.in_features)
-        if (self.bias is not None and x.dtype == self.weight.dtype == DTYPE
-                and ops.product_dtype(x.dtype) is not None):
+        if (self.bias is not None and self.weight.dtype == DTYPE and ops.autocast_dtype() is not None
+                and x.dtype in (DTYPE, ops.autocast_dtype())):
             # under autocast: one product that adds the bias as it stores y (autograd.LinearBias)
             y = autograd.LinearBias.apply(x, self.weight, self.bias)
         else:

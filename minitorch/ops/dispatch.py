@@ -98,6 +98,12 @@ def launcher(filename: str, function: str) -> Any:
 
 
 
+def provides(filename: str, function: str) -> bool:
+    """Whether the learner's ``filename`` defines ``function`` (a launcher added to a lab after a learner wrote
+    the file: the framework then keeps to the ones it has)."""
+    return callable(getattr(kernels.load_module(filename), function, None))
+
+
 def launch(device: str, filename: str, function: str, *args: Any, outputs: tuple[int, ...] | None = None,
            **kwargs: Any) -> None:
     """Call the learner's launcher ``function`` of ``filename`` with ``device`` active.

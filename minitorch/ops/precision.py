@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from minitorch import dtypes
-from minitorch.ops.dispatch import cpu_result, empty, launch
+from minitorch.ops.dispatch import cpu_result, empty, launch, provides
 from minitorch.tensor import DTYPE, FLOAT64, HALF, INDEX, Tensor
 
 CONVERT_FILE = "convert.py"
@@ -54,6 +54,29 @@ def convert(t: Tensor, dtype: Any) -> Tensor:
     if t.size:
         launch(t.device, CONVERT_FILE, "to_16bit", t.data, out, outputs=(1,), dtype=dt.name)
     return Tensor(out, t.device)
+
+
+def convert_with_column_sums(t: Tensor, dtype: Any) -> tuple[Tensor, Tensor]:
+    """A float32 matrix ``t`` (rows, cols) rounded to the 16-bit ``dtype``, and its float32 column sums (cols,):
+    a Linear layer's output gradient for its two products and its bias's gradient, in one pass over ``t``
+    (the learner's ``to_16bit_column_sums``) on cuda/emu."""
+    if not isinstance(t, Tensor) or t.dtype != DTYPE or t.ndim != 2:
+        raise TypeError(f"convert_with_column_sums: expected a float32 matrix, got "
+                        f"{t.dtype if isinstance(t, Tensor) else type(t).__name__} "
+                        f"{t.shape if isinstance(t, Tensor) else ''}")
+    dt = dtypes.resolve(dtype)
+    if dt not in HALF:
+        raise TypeError(f"convert_with_column_sums: expected float16 or bfloat16, got {dtype!r}")
+    if t.device == "cpu":
+        return _convert_cpu(t, dt), cpu_result(t.data.sum(axis=0), DTYPE)
+    if not provides(CONVERT_FILE, "to_16bit_column_sums"):  # a convert.py from before it: two passes
+        from minitorch.ops.reduce import bias_grad  # (reduce imports nothing of precision's)
+
+        return convert(t, dt), bias_grad(t)
+    out = empty(t.device, t.shape, dtypes.storage(dt))
+    sums = empty(t.device, (t.shape[1],), DTYPE)
+    launch(t.device, CONVERT_FILE, "to_16bit_column_sums", t.data, out, sums, outputs=(1, 2), dtype=dt.name)
+    return Tensor(out, t.device), Tensor(sums, t.device)
 
 
 def _convert_cpu(t: Tensor, dt: Any) -> Tensor:

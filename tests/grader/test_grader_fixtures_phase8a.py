@@ -225,6 +225,29 @@ def test_bias_epilogue_reading_by_row_or_never_switched_on_is_rejected(tmp_path)
     assert any(failed(c) and "without the bias" in c["reason"] for c in checks), checks
 
 
+ZERO_SUMS = "    sums.fill(0)  # the blocks add their chunks' sums into it\n"
+VEC_SUMS = "    vec = cols % 4 == 0 and x.data.ptr % 16 == 0 and out.data.ptr % 16 == 0\n"
+
+
+@needs_emu
+@pytest.mark.slow
+def test_column_sums_never_zeroed_or_vectorised_at_any_width_are_rejected(tmp_path):
+    """to_16bit_column_sums' launcher that leaves sums as it found them (the blocks add into the poison), and one
+    that takes the 16-byte path whatever the width (rows of 13 floats start off 16-byte boundaries)."""
+    files = solution_sources()
+    files["convert.py"] = replace_once(files["convert.py"], ZERO_SUMS, "")
+    (tmp_path / "unzeroed").mkdir()
+    report = grade(tmp_path / "unzeroed", files, "-k", "test_conversion_with_column_sums")
+    checks = results(report, "test_conversion_with_column_sums")
+    assert any(failed(c) and "was sums zeroed" in c["reason"] for c in checks), checks
+    files = solution_sources()
+    files["convert.py"] = replace_once(files["convert.py"], VEC_SUMS, "    vec = True\n")
+    (tmp_path / "vec").mkdir()
+    report = grade(tmp_path / "vec", files, "-k", "test_conversion_with_column_sums")
+    checks = results(report, "test_conversion_with_column_sums")
+    assert any(failed(c) and "misaligned" in c["reason"] for c in checks), checks
+
+
 HOST_PRODUCT = (
     "    widen = ((lambda x: x.astype(np.float32)) if dtype == 'float16'\n"
     "             else (lambda x: (x.astype(np.uint32) << 16).view(np.float32)))\n"
