@@ -1346,6 +1346,38 @@ def test_dropout_masks_are_philox_bit_for_bit(n, p, seed, step, site):
                          f"{step}: the backward regenerates the mask from it")
 
 
+def aligned_view(buffer: Any, n: int, aligned: bool) -> Any:
+    """n elements of the 1-D device float32 `buffer` (n + 4 long), starting 16-byte aligned or not."""
+    for start in range(4):
+        view = buffer[start:start + n]
+        if (view.data.ptr % 16 == 0) == aligned:
+            return view
+    raise AssertionError("no view of the wanted alignment")  # unreachable: float32 elements are 4 bytes
+
+
+@pytest.mark.kernel("recipe.cu", "dropout_apply_x4")
+@pytest.mark.parametrize("n, aligned", [(4, True), (4096, True), (70000, True), (1000, False)],
+                         ids=["n4", "n4096", "n70000", "n1000-not-16-byte-aligned"])
+@pytest.mark.hint("n a multiple of 4 and both arrays 16-byte aligned: dropout_apply_x4 over n / 4 quads, quad q "
+                  "from the one Philox block of counter (q, offset_lo, offset_hi, 0), its words 0..3 for elements "
+                  "4q..4q+3 (the same masks as dropout_apply, bit for bit); otherwise dropout_apply")
+def test_dropout_four_a_thread_draws_the_same_masks(n, aligned):
+    p, seed, step, site = 0.2, 2**35 + 11, 2**20 + 3, 40000
+    x, want = dropout_case(n, p, seed, step, site, ("x4", aligned))
+    xd = aligned_view(dev(np.zeros(n + 4, np.float32)), n, aligned)
+    xd.set(x)
+    out = aligned_view(checks.poison(n + 4), n, aligned)
+    used, step_d = checks.poison(1, np.int64), dev(np.array([step], np.int64))
+    kernel = "dropout_apply_x4" if aligned and n % 4 == 0 else "dropout_apply"
+    where = "16-byte aligned" if aligned else "not 16-byte aligned"
+    run(f"dropout_apply of {n} elements, {where}", "recipe.cu", kernel,
+        partial(module("recipe.py").dropout_apply, xd, out, step_d, used, seed, site, p))
+    check_dropout(out, want, x, p, f"dropout_apply of {n} elements, {where} (p={p}, seed={seed}, step={step}, "
+                                   f"site={site})")
+    if int(checks.to_host(used)[0]) != step:
+        raise GradeError(f"dropout_apply ({kernel}): step_used holds {checks.to_host(used)[0]}, expected {step}")
+
+
 @DROPOUT
 @pytest.mark.hint("the step comes from device memory (step[0]), never from the host: a captured step replays its "
                   "launches, and dropout_advance must move every replay to new masks")

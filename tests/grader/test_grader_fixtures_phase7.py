@@ -315,6 +315,24 @@ def test_a_dropout_mask_that_is_not_philoxs_is_rejected(tmp_path):
     assert check["result"] == "FAIL" and "not Philox's elements" in check["reason"], check
 
 
+def test_four_a_thread_dropout_taken_when_misaligned_or_with_a_counter_per_element_is_rejected(tmp_path):
+    """A launcher that takes dropout_apply_x4 for any n % 4 == 0 (a view 4 bytes past a 16-byte boundary: a
+    misaligned float4); the x4 kernel counting Philox blocks by element (4q) instead of by quad (q)."""
+    files = solution_sources()
+    files["recipe.py"] = replace_once(files["recipe.py"], "    if n % 4 == 0 and x.data.ptr % 16 == 0 and "
+                                      "out.data.ptr % 16 == 0:\n", "    if n % 4 == 0:\n")
+    (tmp_path / "misaligned").mkdir()
+    report = grade(tmp_path / "misaligned", files, "-k", "test_dropout_four_a_thread_draws_the_same_masks")
+    checks = results(report, "test_dropout_four_a_thread_draws_the_same_masks")
+    assert any(c["result"] in ("FAIL", "CRASH") and "misaligned" in c["reason"] for c in checks), checks
+    files = solution_sources()
+    files["recipe.cu"] = replace_once(files["recipe.cu"], "make_uint4((unsigned)q, ", "make_uint4((unsigned)(4 * q), ")
+    (tmp_path / "counter").mkdir()
+    report = grade(tmp_path / "counter", files, "-k", "test_dropout_four_a_thread_draws_the_same_masks")
+    checks = results(report, "test_dropout_four_a_thread_draws_the_same_masks")
+    assert any(c["result"] == "FAIL" and "not Philox's elements" in c["reason"] for c in checks), checks
+
+
 def _deliverable(report: dict) -> dict:
     [check] = results(report, "test_shakespeare_model_validation_loss")
     return check
