@@ -47,8 +47,11 @@ def _bf16_round(x: np.ndarray) -> np.ndarray:
     return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype(np.uint16)
 
 
-def _to_16bit(dtype: str) -> Callable:
+def _to_16bit(dtype: str, four: bool = False) -> Callable:
+    """to_16bit of n patterns: an n not a multiple of 4 (one more where it is) runs the kernels of one element a
+    thread, n rounded up to a multiple of 4 (``four``) the _x4 kernels."""
     def case(n: int, rng: np.random.Generator):
+        n = -(-n // 4) * 4 if four else n + (n % 4 == 0)
         bits = _patterns(n, rng)
         x = bits.view(np.float32)
         out = backend.asarray(np.full(n, 0xFFFF, np.uint16).view(STORAGE[dtype]))
@@ -64,8 +67,9 @@ def _to_16bit(dtype: str) -> Callable:
     return case
 
 
-def _from_16bit(dtype: str) -> Callable:
+def _from_16bit(dtype: str, four: bool = False) -> Callable:
     def case(n: int, rng: np.random.Generator):
+        n = -(-n // 4) * 4 if four else n + (n % 4 == 0)
         every = (np.arange(n, dtype=np.uint64) * 40503 % 65536).astype(np.uint16)  # n of the 65536 patterns
         x = every.view(np.float16) if dtype == "float16" else every
         out = backend.asarray(np.full(n, np.nan, np.float32))
@@ -75,6 +79,23 @@ def _from_16bit(dtype: str) -> Callable:
         got = backend.asnumpy(out)
         return (_canonical(got.view(np.uint32), 0x7F800000, 0x7FFFFF, 0x80000000),
                 _canonical(want.view(np.uint32), 0x7F800000, 0x7FFFFF, 0x80000000))
+    return case
+
+
+def _column_sums(dtype: str) -> Callable:
+    """to_16bit_column_sums of a matrix of small integers (|x| <= 8): each rounds exactly to 16 bits and every
+    column's sum is an integer below 2^24, exact in float32 in any order of the blocks' atomics."""
+    def case(n: int, rng: np.random.Generator):
+        cols = n % 37 + 1 if n % 2 else 4 * (n % 19 + 1)  # odd widths (element by element) and multiples of 4
+        rows = max(1, n // cols)
+        x = rng.integers(-8, 9, (rows, cols)).astype(np.float32)
+        out = backend.asarray(np.full((rows, cols), 0xFFFF, np.uint16).view(STORAGE[dtype]))
+        sums = backend.asarray(np.full(cols, np.nan, np.float32))
+        kernels.load_module("convert.py").to_16bit_column_sums(backend.asarray(x), out, sums, dtype)
+        got16 = backend.asnumpy(out).view(np.uint16).ravel()
+        want16 = (x.astype(np.float16).view(np.uint16) if dtype == "float16" else _bf16_round(x)).ravel()
+        return (np.concatenate([got16.astype(np.float64), backend.asnumpy(sums).astype(np.float64)]),
+                np.concatenate([want16.astype(np.float64), x.astype(np.float64).sum(axis=0)]))
     return case
 
 
@@ -179,6 +200,12 @@ PHASE8A_CASES: dict[tuple[str, str], Callable] = {
     ("convert.cu", "float_to_bfloat16"): _to_16bit("bfloat16"),
     ("convert.cu", "half_to_float"): _from_16bit("float16"),
     ("convert.cu", "bfloat16_to_float"): _from_16bit("bfloat16"),
+    ("convert.cu", "float_to_half_x4"): _to_16bit("float16", four=True),
+    ("convert.cu", "float_to_bfloat16_x4"): _to_16bit("bfloat16", four=True),
+    ("convert.cu", "half_to_float_x4"): _from_16bit("float16", four=True),
+    ("convert.cu", "bfloat16_to_float_x4"): _from_16bit("bfloat16", four=True),
+    ("convert.cu", "float_to_half_column_sums"): _column_sums("float16"),
+    ("convert.cu", "float_to_bfloat16_column_sums"): _column_sums("bfloat16"),
     **{("hgemm.cu", kernel): _hgemm(variant) for kernel, variant in HGEMM_RUNGS.items()},
     ("scaler.cu", "unscale_check"): _unscale_check,
     ("scaler.cu", "restore_if_found"): _restore_if_found,

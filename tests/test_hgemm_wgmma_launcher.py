@@ -87,7 +87,9 @@ def test_rung6_launches_the_map_writer_then_the_persistent_gemm(hg, ta, tb):
     assert words == [(1 << 8) | i for i in range(16)] + [(2 << 8) | i for i in range(16)]
     assert all(isinstance(w, np.uint64) for w in args[3:])  # 8 bytes each, as the kernel's u64 parameters
     maps = args[0]
-    assert args2[0] is maps and args2[1] is out and [int(v) for v in args2[2:]] == [m, n, k]
+    # no bias: a one-float stand-in (CuPy passes None as an invalid pointer) and has_bias = 0
+    assert args2[0] is maps and args2[1] is out and args2[2].dtype == np.float32 and args2[2].size == 1
+    assert [int(v) for v in args2[3:]] == [0, m, n, k]
     assert gemm == f"hgemm_6_wgmma<fp16, float, {str(ta).lower()}, {str(tb).lower()}>"
     tiles = -(-m // 128) * -(-n // 256)
     assert grid2 == (min(tiles, 132),) and block2 == (384,) and smem == module.WGMMA_SMEM == 197696

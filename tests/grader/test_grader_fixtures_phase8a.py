@@ -37,8 +37,11 @@ B_STRIDE = "    B += z * K * N;\n"
 ROUND = "        const unsigned rounded = mag + 0xfffu + ((mag >> 13) & 1u);\n"
 NAN = "        return (unsigned short)(sign | 0x7e00u | ((mag >> 13) & 0x3ffu));\n"
 OVERFLOW = "    if (mag >= 0x477ff000u) {\n"
-LAUNCH = "    kernel(grid, block, (a, b, out, np.int32(M), np.int32(N), np.int32(K),\n"
-LAUNCH_END = "                         np.int32(vec)), shared_mem=smem)"  # the end of hgemm()
+LAUNCH = ("    args = (a, b, out)\n"
+          "    if variant == \"pipeline\":  # rung 5 takes a bias (or a stand-in it never reads)\n"
+          "        args += (no_bias() if bias is None else bias, np.int32(bias is not None))\n")
+LAUNCH_END = ("    kernel(grid, block, (*args, np.int32(M), np.int32(N), np.int32(K), np.int32(vec)),\n"
+              "           shared_mem=smem)")  # the end of hgemm()
 
 
 def solution_sources() -> dict[str, str]:

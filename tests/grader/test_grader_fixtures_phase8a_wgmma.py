@@ -16,7 +16,7 @@ from tests.grader.test_grader_fixtures_phase8a import grade, solution_sources
 
 FULL_WAIT = "                mbar_wait(full + 8 * s, (it / STAGES) & 1);\n"
 EXPECT_TX = "                    mbar_expect_tx(fb, STAGE_BYTES);\n"
-WGMMA_LAUNCH = "            launch_wgmma(a, b, out, ctype, out_ctype, ta, tb, M, N, K)\n"
+WGMMA_LAUNCH = "            launch_wgmma(a, b, out, ctype, out_ctype, ta, tb, M, N, K, bias)\n"
 ONE_SHAPE = "test_wgmma_values and 136-72-264"
 
 pytestmark = [pytest.mark.timeout(400)]
