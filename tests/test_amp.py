@@ -396,3 +396,29 @@ def test_a_loss_scaled_by_a_device_value_backpropagates_without_a_read(device, l
     monkeypatch.setenv("MINITORCH_PHASE", "phase6")
     with pytest.raises(Exception, match="captur"):
         graph.capture(backward)
+
+
+def test_a_linear_layer_under_autocast_works_with_launchers_from_before_the_fused_bias(device):
+    """The stand-in hgemm.py takes no `bias` and convert.py has no to_16bit_column_sums (a learner's files from
+    before the lab added them): a Linear layer under autocast then adds its bias and sums its gradient with
+    add_bias and bias_grad, with the values of the product and the bias add as two Functions."""
+    if device == "cpu":
+        pytest.skip("the cpu device runs no launcher")
+    layer = minitorch.nn.Linear(6, 5, seed=4).to(device)
+    x_host = np.random.default_rng(15).standard_normal((9, 6)).astype(np.float32)
+    previous = ops.set_hgemm_variant("pipeline")  # a rung that adds a bias, where the launcher takes one
+    try:
+        runs = []
+        for fused in (True, False):
+            x = minitorch.tensor(x_host, device)
+            layer.zero_grad()
+            kernels.reset_launch_counts()
+            with amp.autocast("bfloat16"):
+                y = layer(x) if fused else x @ layer.weight + layer.bias
+            y.sum().backward()
+            runs.append((y.numpy(), layer.weight.grad.numpy(), layer.bias.grad.numpy(), _launched()))
+    finally:
+        ops.set_hgemm_variant(previous)
+    assert ("forward.cu", "add_bias") in runs[0][3] and ("backward.cu", "bias_grad") in runs[0][3]
+    for got, want in zip(runs[0][:3], runs[1][:3], strict=True):
+        assert got.tobytes() == want.tobytes()

@@ -4,6 +4,7 @@ launcher. An op is a few lines on top of these: check, allocate, ``launch`` (Num
 from __future__ import annotations
 
 import contextlib
+import inspect
 import numbers
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -102,6 +103,18 @@ def provides(filename: str, function: str) -> bool:
     """Whether the learner's ``filename`` defines ``function`` (a launcher added to a lab after a learner wrote
     the file: the framework then keeps to the ones it has)."""
     return callable(getattr(kernels.load_module(filename), function, None))
+
+
+def accepts(filename: str, function: str, parameter: str) -> bool:
+    """Whether the learner's launcher ``function`` of ``filename`` takes ``parameter`` (one added to the lab after
+    a learner wrote the file: the framework then calls it without). A launcher whose signature cannot be read, or
+    that takes ``**kwargs`` (the grader's stand-in for a launcher in another process), is taken to."""
+    fn = getattr(kernels.load_module(filename), function, None)
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return True
+    return parameter in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 def launch(device: str, filename: str, function: str, *args: Any, outputs: tuple[int, ...] | None = None,
