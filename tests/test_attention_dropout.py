@@ -91,3 +91,32 @@ def test_the_layer_draws_a_new_mask_each_training_forward_and_none_in_eval(solut
     with pytest.raises(ValueError, match="dropout_p > 0 needs step"):
         minitorch.functional.causal_self_attention(minitorch.tensor(np.zeros((1, 2, 6), np.float32), device=device),
                                                    2, dropout_p=0.1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [36, 35], ids=["x4", "one-a-thread"])
+def test_a_residual_dropout_is_one_kernel_with_the_values_of_dropout_and_add(solutions, device, n):
+    """Dropout.residual(x, h) = x + dropout(h): one dropout_add launch while training (dropout_add_x4 where n is a
+    multiple of 4), the values and both gradients bit for bit those of the dropout and the add as two Functions
+    drawing the same mask (a twin layer of the same seed), against float64 with minitorch.philox's mask."""
+    rng = np.random.default_rng(21)
+    x_host, h_host, g_host = (rng.standard_normal((3, n)).astype(np.float32) for _ in range(3))
+    runs = []
+    for fused in (True, False):
+        layer = nn.Dropout(P, seed=77, device=device)
+        x = minitorch.tensor(x_host, device, requires_grad=True)
+        h = minitorch.tensor(h_host, device, requires_grad=True)
+        minitorch.kernels.reset_launch_counts()
+        y = layer.residual(x, h) if fused else x + layer(h)
+        launched = {f for (_, f), count in minitorch.kernels.launch_counts().items() if count}
+        y.backward(minitorch.tensor(g_host, device))
+        runs.append((y.numpy(), x.grad.numpy(), h.grad.numpy(), launched))
+    keep = (philox.uniform(3 * n, 77, 1 << 16) >= np.float32(P)).reshape(3, n)
+    scale = np.float32(1 / (1 - P))
+    np.testing.assert_allclose(runs[0][0], x_host + np.where(keep, h_host * scale, 0), rtol=1e-6)
+    for got, want in zip(runs[0][:3], runs[1][:3], strict=True):
+        assert got.tobytes() == want.tobytes()
+    np.testing.assert_array_equal(runs[0][2], np.where(keep, g_host * scale, 0))
+    if device != "cpu":
+        assert ("dropout_add_x4" if n % 4 == 0 else "dropout_add") in runs[0][3]
+        assert "add" not in runs[0][3] and "add" in runs[1][3]

@@ -516,6 +516,18 @@ def _recipe(function: str):
             keep = philox.uniform(n4, seed, (step << 16) + site) >= np.float32(0.5)
             got = np.concatenate([backend.asnumpy(out).astype(np.float64), backend.asnumpy(used).astype(np.float64)])
             return got, np.concatenate([np.where(keep, 2.0 * x, 0.0), [float(step)]])
+        if function in ("dropout_add", "dropout_add_x4"):  # x + dropout(h); x4: n rounded up to a multiple of 4
+            n = -(-n // 4) * 4 if function.endswith("x4") else n
+            seed, step, site = int(rng.integers(2**63)), int(rng.integers(2**40)), int(rng.integers(2**16))
+            x, h = rng.integers(-64, 65, n).astype(np.float32), rng.integers(-64, 65, n).astype(np.float32)
+            out, used = backend.asarray(np.full(n, np.nan, np.float32)), backend.asarray(np.zeros(1, np.int64))
+            kernels.load_kernel("recipe.cu", function)((5,), (64,), (
+                backend.asarray(x), backend.asarray(h), out, backend.asarray(np.array([step], np.int64)), used,
+                np.uint64(seed), np.int64(site), np.float32(0.5), np.float32(2.0),
+                np.int64(n // 4 if function.endswith("x4") else n)))
+            keep = philox.uniform(n, seed, (step << 16) + site) >= np.float32(0.5)
+            got = np.concatenate([backend.asnumpy(out).astype(np.float64), backend.asnumpy(used).astype(np.float64)])
+            return got, np.concatenate([x + np.where(keep, 2.0 * h, 0.0), [float(step)]])
         if function == "dropout_advance":
             step = backend.asarray(np.array([n], np.int64))
             kernels.load_kernel("recipe.cu", function)((1,), (1,), (step,))
@@ -538,8 +550,8 @@ def _recipe(function: str):
 CASES.update({("adam.cu", f): _adam(f) for f in ("adam_step", "adam_update")})
 CASES.update({("init.cu", f): _philox(f) for f in ("philox_uniform", "philox_normal")})
 CASES.update({("online_softmax.cu", "online_softmax"): _recipe("online_softmax")})
-CASES.update({("recipe.cu", f): _recipe(f) for f in ("dropout_apply", "dropout_apply_x4", "dropout_advance",
-                                                     "lr_schedule")})
+CASES.update({("recipe.cu", f): _recipe(f) for f in ("dropout_apply", "dropout_apply_x4", "dropout_add",
+                                                     "dropout_add_x4", "dropout_advance", "lr_schedule")})
 
 @pytest.fixture
 def solution_workspace(workspace):

@@ -1378,6 +1378,27 @@ def test_dropout_four_a_thread_draws_the_same_masks(n, aligned):
         raise GradeError(f"dropout_apply ({kernel}): step_used holds {checks.to_host(used)[0]}, expected {step}")
 
 
+@pytest.mark.kernel("recipe.cu", "dropout_add")
+@pytest.mark.parametrize("n, aligned", [(1003, True), (4096, True), (1000, False)],
+                         ids=["n1003", "n4096", "n1000-not-16-byte-aligned"])
+@pytest.mark.hint("dropout_add (given) calls your dropout_keeps and Philox: out = x + the dropout of h, the mask of "
+                  "dropout_apply for the same (seed, step, site); check dropout_apply's own tests first")
+def test_dropout_add_is_x_plus_the_dropout(n, aligned):
+    p, seed, step, site = 0.25, 91, 2**21 + 7, 12
+    h, dropped = dropout_case(n, p, seed, step, site, ("add", aligned))
+    x = checks.rng("dropout add x", n).standard_normal(n).astype(np.float32)
+    xd, hd = (aligned_view(dev(np.zeros(n + 4, np.float32)), n, aligned) for _ in range(2))
+    xd.set(x)
+    hd.set(h)
+    out = aligned_view(checks.poison(n + 4), n, aligned)
+    used, step_d = checks.poison(1, np.int64), dev(np.array([step], np.int64))
+    kernel = "dropout_add_x4" if aligned and n % 4 == 0 else "dropout_add"
+    where = "16-byte aligned" if aligned else "not 16-byte aligned"
+    run(f"dropout_add of {n} elements, {where}", "recipe.cu", kernel,
+        partial(module("recipe.py").dropout_add, xd, hd, out, step_d, used, seed, site, p))
+    check_dropout(out, x + dropped, h, p, f"dropout_add of {n} elements, {where}: x + dropout(h)")
+
+
 @DROPOUT
 @pytest.mark.hint("the step comes from device memory (step[0]), never from the host: a captured step replays its "
                   "launches, and dropout_advance must move every replay to new masks")

@@ -15,7 +15,7 @@ Recording stops inside ``with minitorch.no_grad():`` (an optimizer step, evaluat
 
 from minitorch.autograd.attention import AttentionSoftmax, BatchedMatMul, CausalSelfAttention, MergeHeads, SplitHeads
 from minitorch.autograd.conv import Conv2d
-from minitorch.autograd.dropout import Dropout
+from minitorch.autograd.dropout import Dropout, DropoutAdd
 from minitorch.autograd.elementwise import Add, AddBias, Mul, ReLU, ScalarMul, Sigmoid, Sub, add
 from minitorch.autograd.embedding import Embedding
 from minitorch.autograd.flash import FlashSelfAttention, ScaledDotProductAttention
@@ -45,7 +45,7 @@ __all__ = [
     # Phase 6
     "Conv2d", "CrossEntropy", "LogSoftmax", "MaxPool2d", "Softmax",
     # Phase 7
-    "AttentionSoftmax", "BatchedMatMul", "CausalSelfAttention", "Dropout", "Embedding", "GELU", "LayerNorm",
+    "AttentionSoftmax", "BatchedMatMul", "CausalSelfAttention", "Dropout", "DropoutAdd", "Embedding", "GELU", "LayerNorm",
     "MergeHeads", "SplitHeads",
     # Phase 8a
     "Cast",

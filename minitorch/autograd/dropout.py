@@ -29,3 +29,19 @@ class Dropout(Function):
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> Tensor:
         return _ops().dropout(grad, ctx.p, ctx.seed, ctx.site, ctx.used, ctx.scratch)
+
+
+class DropoutAdd(Function):
+    """x + h * keep / (1 - p) (a residual branch after its dropout, in one kernel): dx = grad; dh = grad * keep /
+    (1 - p), the forward's keep regenerated as Dropout's backward does."""
+
+    @staticmethod
+    def forward(ctx: Context, x: Tensor, h: Tensor, p: float, seed: int, site: int, step: Any) -> Tensor:
+        ops = _ops()
+        ctx.used, ctx.scratch = ops.step_slot(x.device), ops.step_slot(x.device)
+        ctx.p, ctx.seed, ctx.site = p, seed, site
+        return ops.dropout_add(x, h, p, seed, site, step, ctx.used)
+
+    @staticmethod
+    def backward(ctx: Context, grad: Tensor) -> tuple[Tensor, Tensor]:
+        return grad, _ops().dropout(grad, ctx.p, ctx.seed, ctx.site, ctx.used, ctx.scratch)

@@ -87,5 +87,14 @@ class Dropout(Module):
             return x
         return autograd.Dropout.apply(x, self.p, self.seed, 0, self.next_step(x.device))
 
+    def residual(self, x: Tensor, h: Tensor) -> Tensor:
+        """x + self(h): a residual branch h added to x after its dropout, in one kernel while training (the same
+        values as the dropout and the add)."""
+        if not isinstance(h, Tensor):
+            raise TypeError(f"Dropout.residual expects minitorch Tensors, got {type(h).__name__}")
+        if not self.training or self.p == 0:
+            return x + h
+        return autograd.DropoutAdd.apply(x, h, self.p, self.seed, 0, self.next_step(h.device))
+
     def extra_repr(self) -> str:
         return f"p={self.p:g}"

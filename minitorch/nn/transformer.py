@@ -201,8 +201,9 @@ class TransformerBlock(Module):
         self.mlp_drop = Dropout(dropout, seed=int(drop_seeds[1]), device=device)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = x + self.attn_drop(self.attn(self.ln1(x)))
-        return x + self.mlp_drop(self.proj(self.gelu(self.fc(self.ln2(x)))))
+        # x + dropout(branch), each in one kernel while training (Dropout.residual)
+        x = self.attn_drop.residual(x, self.attn(self.ln1(x)))
+        return self.mlp_drop.residual(x, self.proj(self.gelu(self.fc(self.ln2(x)))))
 
 
 class _TiedProjection(Function):
