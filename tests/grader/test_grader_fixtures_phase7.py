@@ -326,7 +326,9 @@ def test_four_a_thread_dropout_taken_when_misaligned_or_with_a_counter_per_eleme
     checks = results(report, "test_dropout_four_a_thread_draws_the_same_masks")
     assert any(c["result"] in ("FAIL", "CRASH") and "misaligned" in c["reason"] for c in checks), checks
     files = solution_sources()
-    files["recipe.cu"] = replace_once(files["recipe.cu"], "make_uint4((unsigned)q, ", "make_uint4((unsigned)(4 * q), ")
+    x4_block = ("make_uint4((unsigned)q, (unsigned)offset, (unsigned)(offset >> 32), 0u);\n"
+                "        const uint4 w = philox4x32_10(block, key);\n        const float4 v")  # dropout_apply_x4's
+    files["recipe.cu"] = replace_once(files["recipe.cu"], x4_block, x4_block.replace("(unsigned)q,", "(unsigned)(4 * q),"))
     (tmp_path / "counter").mkdir()
     report = grade(tmp_path / "counter", files, "-k", "test_dropout_four_a_thread_draws_the_same_masks")
     checks = results(report, "test_dropout_four_a_thread_draws_the_same_masks")
