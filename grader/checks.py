@@ -125,6 +125,27 @@ def poison(shape: int | tuple[int, ...], dtype: Any = np.float32) -> Any:
     return backend.asarray(poisoned_host(shape, dtype))
 
 
+def view_at_alignment(buffer: Any, n: int, aligned: bool) -> Any:
+    """A view of n elements of the 1-D device array `buffer` (at least 8 elements longer) that starts at a
+    16-byte boundary, or not: a launcher that takes 16-byte accesses must tell them apart (the grader's copies
+    for the learner's process keep where an array starts)."""
+    for start in range(8):
+        view = buffer[start:start + n]
+        if (view.data.ptr % 16 == 0) == aligned:
+            return view
+    raise AssertionError("no view of the wanted alignment")  # unreachable: elements of 2 or 4 bytes
+
+
+def assert_untouched_around(buffer: Any, view: Any, what: str) -> None:
+    """The elements of the poisoned `buffer` before and after its view `view` still hold the poison."""
+    host = to_host(buffer)
+    start = (view.data.ptr - buffer.data.ptr) // host.itemsize
+    outside = np.concatenate([host[:start], host[start + view.size:]])
+    if outside.tobytes() != poisoned_host(outside.shape, outside.dtype).tobytes():
+        raise GradeError(f"{what}: an element outside the array was written (the array is a view of a larger "
+                         f"buffer: the kernels wrote past its start or end)")
+
+
 # ---------------------------------------------------------------- comparisons
 
 

@@ -1346,15 +1346,6 @@ def test_dropout_masks_are_philox_bit_for_bit(n, p, seed, step, site):
                          f"{step}: the backward regenerates the mask from it")
 
 
-def aligned_view(buffer: Any, n: int, aligned: bool) -> Any:
-    """n elements of the 1-D device float32 `buffer` (n + 4 long), starting 16-byte aligned or not."""
-    for start in range(4):
-        view = buffer[start:start + n]
-        if (view.data.ptr % 16 == 0) == aligned:
-            return view
-    raise AssertionError("no view of the wanted alignment")  # unreachable: float32 elements are 4 bytes
-
-
 @pytest.mark.kernel("recipe.cu", "dropout_apply_x4")
 @pytest.mark.parametrize("n, aligned", [(4, True), (4096, True), (70000, True), (1000, False)],
                          ids=["n4", "n4096", "n70000", "n1000-not-16-byte-aligned"])
@@ -1364,9 +1355,9 @@ def aligned_view(buffer: Any, n: int, aligned: bool) -> Any:
 def test_dropout_four_a_thread_draws_the_same_masks(n, aligned):
     p, seed, step, site = 0.2, 2**35 + 11, 2**20 + 3, 40000
     x, want = dropout_case(n, p, seed, step, site, ("x4", aligned))
-    xd = aligned_view(dev(np.zeros(n + 4, np.float32)), n, aligned)
+    xd = checks.view_at_alignment(dev(np.zeros(n + 8, np.float32)), n, aligned)
     xd.set(x)
-    out = aligned_view(checks.poison(n + 4), n, aligned)
+    out = checks.view_at_alignment(checks.poison(n + 8), n, aligned)
     used, step_d = checks.poison(1, np.int64), dev(np.array([step], np.int64))
     kernel = "dropout_apply_x4" if aligned and n % 4 == 0 else "dropout_apply"
     where = "16-byte aligned" if aligned else "not 16-byte aligned"
@@ -1387,10 +1378,10 @@ def test_dropout_add_is_x_plus_the_dropout(n, aligned):
     p, seed, step, site = 0.25, 91, 2**21 + 7, 12
     h, dropped = dropout_case(n, p, seed, step, site, ("add", aligned))
     x = checks.rng("dropout add x", n).standard_normal(n).astype(np.float32)
-    xd, hd = (aligned_view(dev(np.zeros(n + 4, np.float32)), n, aligned) for _ in range(2))
+    xd, hd = (checks.view_at_alignment(dev(np.zeros(n + 8, np.float32)), n, aligned) for _ in range(2))
     xd.set(x)
     hd.set(h)
-    out = aligned_view(checks.poison(n + 4), n, aligned)
+    out = checks.view_at_alignment(checks.poison(n + 8), n, aligned)
     used, step_d = checks.poison(1, np.int64), dev(np.array([step], np.int64))
     kernel = "dropout_add_x4" if aligned and n % 4 == 0 else "dropout_add"
     where = "16-byte aligned" if aligned else "not 16-byte aligned"

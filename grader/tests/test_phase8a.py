@@ -273,42 +273,23 @@ def test_16bit_to_float32_every_pattern(dtype, path):
                   "of one element a thread")
 def test_conversions_at_every_length(n, aligned):
     x = checks.rng("lengths", n).standard_normal(n).astype(np.float32) * 1000
-    _, x_dev = placed(backend.zeros((n + 8,), np.float32), n, aligned)
+    x_dev = checks.view_at_alignment(backend.zeros((n + 8,), np.float32), n, aligned)
     x_dev.set(x)
     where = "16-byte aligned" if aligned else "not 16-byte aligned"
     for dtype in FORMATS:
-        out_buffer, out = placed(checks.poison((n + 8,), STORAGE[dtype]), n, aligned)
+        out_buffer = checks.poison((n + 8,), STORAGE[dtype])
+        out = checks.view_at_alignment(out_buffer, n, aligned)
         launch_checked(f"to_16bit of {n} elements", partial(convert_module().to_16bit, x_dev, out, dtype))
         want = half_reference(x) if dtype == "float16" else bfloat16_reference(x)
         checks.assert_bitwise_equal(checks.to_host(out).view(np.uint16), want,
                                     what=f"to_16bit(x, out, {dtype!r}) of {n} elements (bits), {where}")
-        untouched_around(out_buffer, out, f"to_16bit(x, out, {dtype!r}) of {n} elements, {where}")
-        back_buffer, back = placed(checks.poison((n + 8,)), n, aligned)
+        checks.assert_untouched_around(out_buffer, out, f"to_16bit(x, out, {dtype!r}) of {n} elements, {where}")
+        back_buffer = checks.poison((n + 8,))
+        back = checks.view_at_alignment(back_buffer, n, aligned)
         launch_checked(f"from_16bit of {n} elements", partial(convert_module().from_16bit, out, back, dtype))
         checks.assert_bitwise_equal(back, widen_host(want, dtype).astype(np.float32),
                                     what=f"from_16bit(x, out, {dtype!r}) of {n} elements, {where}")
-        untouched_around(back_buffer, back, f"from_16bit(x, out, {dtype!r}) of {n} elements, {where}")
-
-
-def placed(buffer: Any, n: int, aligned: bool) -> tuple[Any, Any]:
-    """`buffer` (1-D, n + 8 long, on the device) and a view of n of its elements that starts 16-byte aligned or
-    not."""
-    for start in range(8):
-        view = buffer[start:start + n]
-        if (view.data.ptr % 16 == 0) == aligned:
-            return buffer, view
-    raise AssertionError("no view of the wanted alignment")  # unreachable: elements are 2 or 4 bytes
-
-
-def untouched_around(buffer: Any, view: Any, what: str) -> None:
-    """The elements of the poisoned `buffer` before and after `view` still hold the poison."""
-    host = checks.to_host(buffer)
-    start = (view.data.ptr - buffer.data.ptr) // host.itemsize
-    outside = np.concatenate([host[:start], host[start + view.size:]])
-    poison = checks.poisoned_host(outside.shape, outside.dtype)
-    if outside.tobytes() != poison.tobytes():
-        raise GradeError(f"{what}: an element outside the array was written (the array is a view of a larger "
-                         f"buffer: the kernels wrote past its start or end)")
+        checks.assert_untouched_around(back_buffer, back, f"from_16bit(x, out, {dtype!r}) of {n} elements, {where}")
 
 
 @pytest.mark.kernel("convert.cu", "float_to_bfloat16_column_sums")
@@ -321,9 +302,10 @@ def test_conversion_with_column_sums(rows, cols):
     x = checks.rng("column sums", rows, cols).standard_normal((rows, cols)).astype(np.float32) * 100
     for dtype in FORMATS:
         for aligned in (True, False) if rows * cols > 1 else (True,):
-            x_buffer, x_dev = placed(backend.zeros((rows * cols + 8,), np.float32), rows * cols, aligned)
+            x_dev = checks.view_at_alignment(backend.zeros((rows * cols + 8,), np.float32), rows * cols, aligned)
             x_dev.set(x.reshape(-1))
-            out_buffer, out = placed(checks.poison((rows * cols + 8,), STORAGE[dtype]), rows * cols, aligned)
+            out_buffer = checks.poison((rows * cols + 8,), STORAGE[dtype])
+            out = checks.view_at_alignment(out_buffer, rows * cols, aligned)
             sums = checks.poison((cols,))
             where = "16-byte aligned" if aligned else "not 16-byte aligned"
             what = f"to_16bit_column_sums(x {rows} x {cols}, out, sums, {dtype!r}), {where}"
@@ -332,7 +314,7 @@ def test_conversion_with_column_sums(rows, cols):
             want = half_reference(x) if dtype == "float16" else bfloat16_reference(x)
             checks.assert_bitwise_equal(checks.to_host(out).view(np.uint16).reshape(rows, cols), want,
                                         what=f"{what}: out (bits)")
-            untouched_around(out_buffer, out, what)
+            checks.assert_untouched_around(out_buffer, out, what)
             # float32 sums of `rows` values: within rows * 2^-24 * sum |x| of the float64 sum (any order)
             exact = x.astype(np.float64).sum(axis=0)
             bound = rows * 2.0 ** -24 * np.abs(x.astype(np.float64)).sum(axis=0) * 1.01 + 1e-30

@@ -181,8 +181,6 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
     tensor cores' rungs 5 and 6 it is added as the product is stored (no pass of its own over the result);
     elsewhere by ``add_bias`` after the product. Either way each element is the float32 sum plus the bias,
     rounded once: the same bits."""
-    if bias is not None:
-        return _matmul_bias(a, b, bias, transpose_a, transpose_b, compute_dtype, out_dtype)
     device, dtype = check_tensors("matmul", half=True, a=a, b=b)
     out_dt = dtype
     if out_dtype is not None:
@@ -198,9 +196,22 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
         what_a = f"a{'ᵀ' if transpose_a else ''}"
         raise ValueError(f"matmul: the inner dimensions must agree: {what_a} is ({m}, {k}) (M, K), so "
                          f"b{'ᵀ' if transpose_b else ''} must be ({k}, N); got {b.shape}")
+    if bias is not None:
+        bias_device, bias_dtype = check_tensors("matmul", bias=bias)
+        if bias_device != device or bias_dtype != out_dt or bias.shape != (n,):
+            raise ValueError(f"matmul: bias must be a {out_dt} tensor of shape ({n},) on {device!r} (one value per "
+                             f"column of the result); got {bias_dtype} {bias.shape} on {bias_device!r}")
     compute = dtype if dtype in HALF else product_dtype(dtype, compute_dtype)
     if compute is not None:
-        return _tensor_core_matmul(a, b, compute, out_dt, (m, n, k), transpose_a, transpose_b)
+        return _tensor_core_matmul(a, b, compute, out_dt, (m, n, k), transpose_a, transpose_b, bias)
+    product = _plain_matmul(a, b, device, dtype, (m, n, k), transpose_a, transpose_b)
+    return product if bias is None else add_bias(product, bias)
+
+
+def _plain_matmul(a: Tensor, b: Tensor, device: str, dtype: Any, mnk: tuple[int, int, int], transpose_a: bool,
+                  transpose_b: bool) -> Tensor:
+    """The product in the operands' own dtype: NumPy on cpu, else Phase 5's GEMM (or Phase 2's matmul)."""
+    m, n, k = mnk
     if device == "cpu":
         return cpu_result(np.matmul(a.data.T if transpose_a else a.data, b.data.T if transpose_b else b.data), dtype)
     if k == 0:  # a sum of no products: zeros, nothing to launch
@@ -220,46 +231,25 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
     return Tensor(out, device)
 
 
-def _matmul_bias(a: Tensor, b: Tensor, bias: Tensor, transpose_a: bool, transpose_b: bool, compute_dtype: Any,
-                 out_dtype: Any) -> Tensor:
-    device, dtype = check_tensors("matmul", half=True, a=a, b=b)
-    bias_device, _ = check_tensors("matmul", bias=bias)  # a float32 bias
-    if bias_device != device:
-        raise ValueError(f"matmul: bias is on {bias_device!r}, the operands on {device!r}")
-    n = b.shape[0] if transpose_b else b.shape[-1]
-    if bias.shape != (n,):
-        raise ValueError(f"matmul: bias must have shape ({n},), one value per column of the product; got "
-                         f"{bias.shape}")
-    compute = dtype if dtype in HALF else product_dtype(dtype, compute_dtype)
-    out_dt = dtypes.resolve(out_dtype) if out_dtype is not None else dtype
-    fused = (device != "cpu" and compute is not None and out_dt == DTYPE and a.ndim == 2 and b.ndim == 2
-             and not transpose_a and a.shape[0] and n and (b.shape[1] if transpose_b else b.shape[0]))
-    if fused:  # the forward product of a Linear layer under autocast: the bias added as C is stored
-        m, k = a.shape
-        a16, b16 = convert(a, compute), convert(b, compute)
-        out = empty(device, (m, n))
-        if _hgemm(device, a16.data, b16.data, out, compute, False, transpose_b, (m, n, k), bias=bias.data):
-            return Tensor(out, device)
-        return add_bias(Tensor(out, device), bias)
-    product = matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b, compute_dtype=compute_dtype,
-                     out_dtype=out_dtype)
-    return add_bias(product, bias)
-
-
 def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tuple[int, int, int],
-                        transpose_a: bool, transpose_b: bool) -> Tensor:
+                        transpose_a: bool, transpose_b: bool, bias: Tensor | None = None) -> Tensor:
     """The product on 16-bit operands of format ``compute``, fp32 accumulation; the result in ``dtype``
-    (the operands' own: 16-bit operands give 16-bit, float32 operands (autocast) give float32)."""
+    (the operands' own: 16-bit operands give 16-bit, float32 operands (autocast) give float32); plus ``bias``
+    (float32 results only), in the product's epilogue where the rung adds one."""
     m, n, k = mnk
     device = a.device
+
+    def plus_bias(t: Tensor) -> Tensor:
+        return t if bias is None else add_bias(t, bias)
+
     if device == "cpu":  # round as the devices do, then a float32 product (NumPy accumulates in float32)
         a32, b32 = (dtypes.bits_to_float32(dtypes.float32_to_16bit(t.numpy(), compute).view(np.uint16), compute)
                     for t in (a, b))
         c = np.matmul(a32.T if transpose_a else a32, b32.T if transpose_b else b32).astype(DTYPE)
-        out = cpu_result(c, DTYPE)
+        out = plus_bias(cpu_result(c, DTYPE))
         return out if dtype == DTYPE else convert(out, dtype)
     if not (m and n and k):  # nothing to multiply: zeros (a sum of no products), nothing to launch
-        return Tensor(backend.get_backend(device).zeros((m, n), dtypes.storage(dtype)), device)
+        return plus_bias(Tensor(backend.get_backend(device).zeros((m, n), dtypes.storage(dtype)), device))
     a16, b16 = convert(a, compute), convert(b, compute)
     pieces = split_k(m, n, k, transpose_a, transpose_b)
     if pieces > 1:  # A stored (K, M), B (K, N): both are stacks of pieces along K, read in place
@@ -267,11 +257,12 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
         _hgemm(device, a16.data.reshape(pieces, k // pieces, m), b16.data.reshape(pieces, k // pieces, n), partial,
                compute, True, False, (m, n, k // pieces))
         total = bias_grad(Tensor(partial.reshape(pieces, m * n), device))  # the pieces' sum, float32
-        out32 = Tensor(total.data.reshape(m, n), device)
+        out32 = plus_bias(Tensor(total.data.reshape(m, n), device))
         return out32 if dtype == DTYPE else convert(out32, dtype)
     out = empty(device, (m, n), dtypes.storage(dtype))
-    _hgemm(device, a16.data, b16.data, out, compute, transpose_a, transpose_b, (m, n, k))
-    return Tensor(out, device)
+    added = _hgemm(device, a16.data, b16.data, out, compute, transpose_a, transpose_b, (m, n, k),
+                   bias=None if bias is None else bias.data)
+    return Tensor(out, device) if added else plus_bias(Tensor(out, device))
 
 
 def tensor_core_bmm(a: Tensor, b: Tensor, compute: Any, shape: tuple[int, int, int, int], transpose_a: bool,

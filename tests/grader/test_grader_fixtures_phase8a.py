@@ -181,6 +181,16 @@ def test_float_to_half_mishandling_nan_or_overflow_is_rejected(tmp_path):
     assert failed(check) and "past fp16's range (>= 65520 rounds to inf)" in check["reason"], check
 
 
+def rejected_for(tmp_path: Path, name: str, file: str, old: str, new: str, select: str, reason: str) -> None:
+    """The solutions with `old` replaced by `new` in `file`, graded on the tests `select` names (in their own
+    directory, `name`): at least one of them fails, its reason naming `reason`."""
+    files = solution_sources()
+    files[file] = replace_once(files[file], old, new)
+    (tmp_path / name).mkdir()
+    checks = results(grade(tmp_path / name, files, "-k", select), select.split()[0])
+    assert any(failed(c) and reason in c["reason"] for c in checks), checks
+
+
 PACK = "    return (unsigned)lo | ((unsigned)hi << 16);\n"
 X4_CHOICE = "    if n % 4 == 0 and x.data.ptr % 16 == 0 and out.data.ptr % 16 == 0:\n"
 
@@ -190,18 +200,10 @@ X4_CHOICE = "    if n % 4 == 0 and x.data.ptr % 16 == 0 and out.data.ptr % 16 ==
 def test_four_a_thread_conversions_with_swapped_halves_or_taken_when_misaligned_are_rejected(tmp_path):
     """The _x4 kernels storing element 1 where element 0 goes; a launcher that takes them for any n % 4 == 0,
     aligned or not (16-byte loads at an address 4 bytes past a boundary: a misaligned access)."""
-    files = solution_sources()
-    files["convert.cu"] = replace_once(files["convert.cu"], PACK, "    return (unsigned)hi | ((unsigned)lo << 16);\n")
-    (tmp_path / "swapped").mkdir()
-    report = grade(tmp_path / "swapped", files, "-k", "test_float32_to_16bit_every_class_of_pattern and float16")
-    checks = results(report, "test_float32_to_16bit_every_class_of_pattern")
-    assert any(failed(c) and "patterns differ from the reference" in c["reason"] for c in checks), checks
-    files = solution_sources()
-    files["convert.py"] = replace_once(files["convert.py"], X4_CHOICE, "    if n % 4 == 0:\n")
-    (tmp_path / "misaligned").mkdir()
-    report = grade(tmp_path / "misaligned", files, "-k", "test_conversions_at_every_length")
-    checks = results(report, "test_conversions_at_every_length")
-    assert any(failed(c) and "misaligned" in c["reason"] for c in checks), checks
+    rejected_for(tmp_path, "swapped", "convert.cu", PACK, "    return (unsigned)hi | ((unsigned)lo << 16);\n",
+                 "test_float32_to_16bit_every_class_of_pattern and float16", "patterns differ from the reference")
+    rejected_for(tmp_path, "misaligned", "convert.py", X4_CHOICE, "    if n % 4 == 0:\n",
+                 "test_conversions_at_every_length", "misaligned")
 
 
 BIAS_READ = "                if (c < N) b0 = bias[c];\n"
@@ -213,19 +215,10 @@ BIAS_FLAG = "        args += (no_bias() if bias is None else bias, np.int32(bias
 def test_bias_epilogue_reading_by_row_or_never_switched_on_is_rejected(tmp_path):
     """Rung 5's epilogue adding bias[r] (the row's) instead of bias[c]; a launcher that passes the bias with
     has_bias = 0 (the product comes back without it)."""
-    files = solution_sources()
-    files["hgemm.cu"] = replace_once(files["hgemm.cu"], BIAS_READ, "                if (r < N) b0 = bias[r];\n")
-    (tmp_path / "row").mkdir()
-    report = grade(tmp_path / "row", files, "-k", "test_bias_added_as_c_is_stored")
-    checks = results(report, "test_bias_added_as_c_is_stored")
-    assert any(failed(c) and "op(A)·op(B) + bias" in c["reason"] for c in checks), checks
-    files = solution_sources()
-    files["hgemm.py"] = replace_once(files["hgemm.py"], BIAS_FLAG,
-                                     BIAS_FLAG.replace("np.int32(bias is not None)", "np.int32(0)"))
-    (tmp_path / "off").mkdir()
-    report = grade(tmp_path / "off", files, "-k", "test_bias_added_as_c_is_stored")
-    checks = results(report, "test_bias_added_as_c_is_stored")
-    assert any(failed(c) and "without the bias" in c["reason"] for c in checks), checks
+    rejected_for(tmp_path, "row", "hgemm.cu", BIAS_READ, "                if (r < N) b0 = bias[r];\n",
+                 "test_bias_added_as_c_is_stored", "op(A)·op(B) + bias")
+    rejected_for(tmp_path, "off", "hgemm.py", BIAS_FLAG, BIAS_FLAG.replace("np.int32(bias is not None)", "np.int32(0)"),
+                 "test_bias_added_as_c_is_stored", "without the bias")
 
 
 ZERO_SUMS = "    sums.fill(0)  # the blocks add their chunks' sums into it\n"
@@ -237,18 +230,10 @@ VEC_SUMS = "    vec = cols % 4 == 0 and x.data.ptr % 16 == 0 and out.data.ptr % 
 def test_column_sums_never_zeroed_or_vectorised_at_any_width_are_rejected(tmp_path):
     """to_16bit_column_sums' launcher that leaves sums as it found them (the blocks add into the poison), and one
     that takes the 16-byte path whatever the width (rows of 13 floats start off 16-byte boundaries)."""
-    files = solution_sources()
-    files["convert.py"] = replace_once(files["convert.py"], ZERO_SUMS, "")
-    (tmp_path / "unzeroed").mkdir()
-    report = grade(tmp_path / "unzeroed", files, "-k", "test_conversion_with_column_sums")
-    checks = results(report, "test_conversion_with_column_sums")
-    assert any(failed(c) and "was sums zeroed" in c["reason"] for c in checks), checks
-    files = solution_sources()
-    files["convert.py"] = replace_once(files["convert.py"], VEC_SUMS, "    vec = True\n")
-    (tmp_path / "vec").mkdir()
-    report = grade(tmp_path / "vec", files, "-k", "test_conversion_with_column_sums")
-    checks = results(report, "test_conversion_with_column_sums")
-    assert any(failed(c) and "misaligned" in c["reason"] for c in checks), checks
+    rejected_for(tmp_path, "unzeroed", "convert.py", ZERO_SUMS, "", "test_conversion_with_column_sums",
+                 "was sums zeroed")
+    rejected_for(tmp_path, "vec", "convert.py", VEC_SUMS, "    vec = True\n", "test_conversion_with_column_sums",
+                 "misaligned")
 
 
 HOST_PRODUCT = (
