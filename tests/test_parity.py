@@ -367,13 +367,16 @@ def _phase7(function: str):
                    np.float32(0.5), np.int32(1))
             dot = (p.astype(np.float64) * dp).sum(axis=-1, keepdims=True)
             return backend.asnumpy(ds), np.tril(0.5 * p * (dp - dot))
-        if function in ("split_heads", "merge_heads"):
-            b, t, h, d = n % 3 + 1, n % 11 + 1, n % 4 + 1, n % 5 + 1
+        if function in ("split_heads", "merge_heads", "split_heads_x4", "merge_heads_x4"):
+            quads = function.endswith("_x4")  # D a multiple of 4, sizes passed in quads of 4 floats
+            b, t, h, d = n % 3 + 1, n % 11 + 1, n % 4 + 1, 4 * (n % 5 + 1) if quads else n % 5 + 1
             c, part = h * d, n % 3
             x = rng.standard_normal((b, t, 3 * c)).astype(np.float32)
             heads = np.ascontiguousarray(x[:, :, part * c:(part + 1) * c].reshape(b, t, h, d).transpose(0, 2, 1, 3))
-            args = (np.int32(b), np.int32(t), np.int32(h), np.int32(d), np.int32(3 * c), np.int32(part * c))
-            if function == "split_heads":
+            q = 4 if quads else 1
+            args = (np.int32(b), np.int32(t), np.int32(h), np.int32(d // q), np.int32(3 * c // q),
+                    np.int32(part * c // q))
+            if function.startswith("split_heads"):
                 out = poisoned((b, h, t, d))
                 launch("attention.cu", (3,), (64,), dev(x), out, *args)
                 return backend.asnumpy(out), heads.astype(np.float64)
@@ -405,7 +408,8 @@ PHASE7_KERNELS = {("gelu.cu", k) for k in ("gelu_forward", "gelu_backward")} | {
     ("layernorm.cu", k) for k in ("layernorm_forward", "layernorm_backward", "layernorm_param_grads")} | {
     ("embedding.cu", k) for k in ("embedding_forward", "embedding_backward")} | {
     ("attention.cu", k) for k in ("bmm", "softmax_forward", "softmax_backward", "split_heads", "merge_heads",
-                                  "bmm_regtile", "softmax_forward_rows", "softmax_backward_rows")} | {
+                                  "split_heads_x4", "merge_heads_x4", "bmm_regtile", "softmax_forward_rows",
+                                  "softmax_backward_rows")} | {
     ("clip.cu", k) for k in ("sum_squares", "clip_coefficient", "scale_by")}
 
 CASES: dict[tuple[str, str], Callable] = {

@@ -1045,10 +1045,16 @@ HEADS = pytest.mark.kernel("attention.cu", "split_heads")
 HEAD_SHAPES = [(1, 1, 1, 16), (2, 7, 4, 16), (3, 13, 2, 32), (2, 31, 3, 64), (1, 5, 1, 1)]
 
 
+def heads_kernel(kernel: str, d: int, aligned: bool = True) -> str:
+    """The kernel a launcher takes for heads of d columns (ld = 3 d H, offsets part * d H): the _x4 one when the
+    head, the rows and the part's offset are whole quads of 4 floats and the arrays start 16-byte aligned."""
+    return kernel + "_x4" if d % 4 == 0 and aligned else kernel
+
+
 @HEADS
 @pytest.mark.parametrize("b, t, h, d", HEAD_SHAPES, ids=lambda v: str(v))
 @pytest.mark.hint("out[b, h, t, d] = x[b, t, part * C + h * D + d] (split); merge writes the same places back and "
-                  "leaves the other parts' columns alone")
+                  "leaves the other parts' columns alone; split_heads_x4 / merge_heads_x4 where in_quads holds")
 def test_split_and_merge_heads(b, t, h, d):
     am = module("attention.py")
     c = h * d
@@ -1057,12 +1063,12 @@ def test_split_and_merge_heads(b, t, h, d):
     for part in range(3):
         out = checks.poison((b, h, t, d))
         run(f"split_heads(x of shape {x.shape}, out of shape {(b, h, t, d)}, part={part})", "attention.cu",
-            "split_heads", lambda out=out, part=part: am.split_heads(xd, out, part))
+            heads_kernel("split_heads", d), lambda out=out, part=part: am.split_heads(xd, out, part))
         expected = x[:, :, part * c:(part + 1) * c].reshape(b, t, h, d).transpose(0, 2, 1, 3)
         checks.assert_bitwise_equal(out, np.ascontiguousarray(expected), what=f"split_heads, part {part}")
         back = checks.poison((b, t, 3 * c))
         run(f"merge_heads(y of shape {(b, h, t, d)}, out of shape {x.shape}, part={part})", "attention.cu",
-            "merge_heads", lambda out=out, back=back, part=part: am.merge_heads(out, back, part))
+            heads_kernel("merge_heads", d), lambda out=out, back=back, part=part: am.merge_heads(out, back, part))
         got = checks.to_host(back)
         checks.assert_bitwise_equal(np.ascontiguousarray(got[:, :, part * c:(part + 1) * c]),
                                     np.ascontiguousarray(x[:, :, part * c:(part + 1) * c]),
@@ -1071,6 +1077,38 @@ def test_split_and_merge_heads(b, t, h, d):
         if not checks.is_poison(others).all():
             raise GradeError(f"merge_heads(part={part}) wrote outside part {part}'s columns "
                              f"{part * c}..{(part + 1) * c - 1} of the rows")
+
+
+@pytest.mark.kernel("attention.cu", "split_heads_x4")
+@pytest.mark.parametrize("aligned", [True, False], ids=["16-byte-aligned", "not-16-byte-aligned"])
+@pytest.mark.hint("split_heads_x4 / merge_heads_x4 only where in_quads(...) holds: D, ld and offset multiples of 4 "
+                  "and both arrays starting 16-byte aligned (a view may start anywhere); else the element kernels")
+def test_heads_in_quads_only_where_aligned(aligned):
+    b, t, h, d, part = 2, 9, 3, 8, 2
+    c = h * d
+    am = module("attention.py")
+    x = checks.rng("heads-quads", aligned).standard_normal((b, t, 3 * c)).astype(np.float32)
+    rows = checks.view_at_alignment(dev(np.zeros(x.size + 8, np.float32)), x.size, aligned)
+    rows.set(x.ravel())
+    rows = rows.reshape(x.shape)
+    heads_buffer = checks.poison(b * h * t * d + 8)
+    heads = checks.view_at_alignment(heads_buffer, b * h * t * d, aligned).reshape(b, h, t, d)
+    where = "16-byte aligned" if aligned else "not 16-byte aligned"
+    run(f"split_heads of arrays {where}", "attention.cu", heads_kernel("split_heads", d, aligned),
+        lambda: am.split_heads(rows, heads, part))
+    expected = x[:, :, part * c:(part + 1) * c].reshape(b, t, h, d).transpose(0, 2, 1, 3)
+    checks.assert_bitwise_equal(heads, np.ascontiguousarray(expected), what=f"split_heads ({where})")
+    checks.assert_untouched_around(heads_buffer, heads, f"split_heads ({where})")
+    back_buffer = checks.poison(x.size + 8)
+    back = checks.view_at_alignment(back_buffer, x.size, aligned).reshape(x.shape)
+    run(f"merge_heads of arrays {where}", "attention.cu", heads_kernel("merge_heads", d, aligned),
+        lambda: am.merge_heads(heads, back, part))
+    got = checks.to_host(back)
+    checks.assert_bitwise_equal(np.ascontiguousarray(got[:, :, part * c:]), np.ascontiguousarray(x[:, :, part * c:]),
+                                what=f"merge_heads ({where})")
+    if not checks.is_poison(got[:, :, :part * c]).all():
+        raise GradeError(f"merge_heads ({where}) wrote outside part {part}'s columns")
+    checks.assert_untouched_around(back_buffer, back, f"merge_heads ({where})")
 
 
 @pytest.mark.parametrize("kernel", ["split_heads", "merge_heads"])

@@ -335,6 +335,23 @@ def test_four_a_thread_dropout_taken_when_misaligned_or_with_a_counter_per_eleme
     assert any(c["result"] == "FAIL" and "not Philox's elements" in c["reason"] for c in checks), checks
 
 
+def test_heads_in_quads_taken_when_misaligned_or_always_by_elements_are_rejected(tmp_path):
+    """A split_heads launcher that takes split_heads_x4 without asking whether the arrays start 16-byte aligned
+    (a misaligned float4); a merge_heads launcher that never takes merge_heads_x4 (the right values, a thread an
+    element: four times the threads, each moving 4 bytes)."""
+    files = solution_sources()
+    files["attention.py"] = replace_once(files["attention.py"], "        if in_quads(x, out, D, ld, offset):",
+                                         "        if D % 4 == 0 and ld % 4 == 0 and offset % 4 == 0:")
+    files["attention.py"] = replace_once(files["attention.py"], "        if in_quads(y, out, D, ld, offset):",
+                                         "        if False:")
+    report = grade(tmp_path, files, "-k", "test_heads_in_quads_only_where_aligned")
+    checks = {c["name"]: c for c in results(report, "test_heads_in_quads_only_where_aligned")}
+    misaligned = next(c for name, c in checks.items() if "not-16-byte" in name)
+    assert misaligned["result"] in ("FAIL", "CRASH") and "misaligned" in misaligned["reason"], misaligned
+    aligned = next(c for name, c in checks.items() if "not-16-byte" not in name)
+    assert aligned["result"] == "FAIL" and "no launch of `merge_heads_x4`" in aligned["reason"], aligned
+
+
 def _deliverable(report: dict) -> dict:
     [check] = results(report, "test_shakespeare_model_validation_loss")
     return check
