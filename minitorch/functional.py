@@ -8,7 +8,7 @@ import numpy as np
 
 from minitorch import autograd
 from minitorch.ops.softmax import class_indices, targets_for
-from minitorch.tensor import Tensor
+from minitorch.tensor import DTYPE, Tensor
 
 __all__ = ["mse_loss", "relu", "sigmoid",
            # Phase 6
@@ -114,9 +114,15 @@ __all__ += ["attention_softmax", "bmm", "causal_self_attention", "embedding", "g
             "split_heads"]
 
 
-def gelu(x: Tensor) -> Tensor:
-    """GELU in GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
-    return autograd.GELU.apply(_tensor("gelu", "x", x))
+def gelu(x: Tensor, keep_rounded: bool = False) -> Tensor:
+    """GELU in GPT-2's tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). ``keep_rounded``:
+    under autocast, a float32 x gives its output in the autocast dtype (rounded once as it is made), for a
+    product that would round it anyway; its gradient then comes in that dtype too."""
+    from minitorch import ops
+
+    x = _tensor("gelu", "x", x)
+    rounded = ops.autocast_dtype() if keep_rounded and x.dtype == DTYPE else None
+    return autograd.GELU.apply(x, rounded)
 
 
 def layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:

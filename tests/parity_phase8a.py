@@ -99,6 +99,51 @@ def _column_sums(dtype: str) -> Callable:
     return case
 
 
+def _widened(bits: np.ndarray, dtype: str) -> np.ndarray:
+    bits = bits.view(np.uint16)
+    return (bits.view(np.float16).astype(np.float64) if dtype == "float16"
+            else (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64))
+
+
+def _column_sums_16bit(dtype: str) -> Callable:
+    """column_sums_16bit of small integers (exact in 16 bits; the sums exact in float32 in any order)."""
+    def case(n: int, rng: np.random.Generator):
+        cols = n % 37 + 1 if n % 2 else 4 * (n % 19 + 1)
+        rows = max(1, n // cols)
+        x = rng.integers(-8, 9, (rows, cols)).astype(np.float32)
+        x16 = x.astype(np.float16) if dtype == "float16" else _bf16_round(x).view(np.uint16)
+        sums = backend.asarray(np.full(cols, np.nan, np.float32))
+        kernels.load_module("convert.py").column_sums_16bit(backend.asarray(x16), sums, dtype)
+        return backend.asnumpy(sums).astype(np.float64), x.astype(np.float64).sum(axis=0)
+    return case
+
+
+def _gelu_16bit(dtype: str, backward: bool) -> Callable:
+    """gelu_16bit / gelu_backward_16bit where the tanh formula is exact: x in {0, +-20, +-100} (GELU x or 0, its
+    slope 1, 0 or 1/2), gradients small integers; n % 4 == 0 takes four elements a thread, others one."""
+    def case(n: int, rng: np.random.Generator):
+        x = rng.choice(np.array([0.0, 20.0, -20.0, 100.0, -100.0], np.float32), n)
+        cv = kernels.load_module("convert.py")
+        out = backend.asarray(np.full(n, 0xFFFF, np.uint16).view(STORAGE[dtype]))
+        if not backward:
+            cv.gelu_16bit(backend.asarray(x), out, dtype)
+            return _widened(backend.asnumpy(out), dtype), np.where(x > 0, x, 0.0)
+        g = rng.integers(-8, 9, n).astype(np.float32)
+        g16 = g.astype(np.float16) if dtype == "float16" else _bf16_round(g).view(np.uint16)
+        cv.gelu_backward_16bit(backend.asarray(x), backend.asarray(g16), out, dtype)
+        return _widened(backend.asnumpy(out), dtype), np.where(x > 0, g, np.where(x < 0, 0.0, 0.5 * g))
+    return case
+
+
+def _sum_pieces(n: int, rng: np.random.Generator):
+    """hgemm.py's sum_pieces of small integers (exact sums); n % 4 == 0 takes a float4 a thread."""
+    pieces, rows, cols = n % 5 + 1, n % 7 + 1, n % 13 + 1
+    partial = rng.integers(-8, 9, (pieces, rows, cols)).astype(np.float32)
+    out = backend.asarray(np.full((rows, cols), np.nan, np.float32))
+    kernels.load_module("hgemm.py").sum_pieces(backend.asarray(partial), out)
+    return backend.asnumpy(out).astype(np.float64), partial.astype(np.float64).sum(axis=0)
+
+
 def _hgemm(variant: str) -> Callable:
     """A rung through hgemm.py, all four layouts, then a batch of two in one launch; the format alternates with
     n, the output with the layout."""
@@ -206,6 +251,13 @@ PHASE8A_CASES: dict[tuple[str, str], Callable] = {
     ("convert.cu", "bfloat16_to_float_x4"): _from_16bit("bfloat16", four=True),
     ("convert.cu", "float_to_half_column_sums"): _column_sums("float16"),
     ("convert.cu", "float_to_bfloat16_column_sums"): _column_sums("bfloat16"),
+    ("hgemm.cu", "hgemm_sum_pieces"): _sum_pieces,
+    ("convert.cu", "half_column_sums"): _column_sums_16bit("float16"),
+    ("convert.cu", "bfloat16_column_sums"): _column_sums_16bit("bfloat16"),
+    ("convert.cu", "gelu_to_half"): _gelu_16bit("float16", backward=False),
+    ("convert.cu", "gelu_to_bfloat16"): _gelu_16bit("bfloat16", backward=False),
+    ("convert.cu", "gelu_backward_half"): _gelu_16bit("float16", backward=True),
+    ("convert.cu", "gelu_backward_bfloat16"): _gelu_16bit("bfloat16", backward=True),
     **{("hgemm.cu", kernel): _hgemm(variant) for kernel, variant in HGEMM_RUNGS.items()},
     ("scaler.cu", "unscale_check"): _unscale_check,
     ("scaler.cu", "restore_if_found"): _restore_if_found,

@@ -77,14 +77,20 @@ def test_small_products_run_on_rung_1_and_the_others_on_best(device):
             assert asked == [expected], ((m, k, n), batch, asked)
 
 
+@pytest.mark.parametrize("per_stream", [False, True], ids=["one-map-buffer", "map-buffers-per-stream"])
 @pytest.mark.parametrize("setting", ["best", "wgmma", "mma"])
-def test_a_product_on_a_graph_branch_never_runs_on_rung_6(device, setting, monkeypatch):
-    """Rung 6 writes its tensor maps into one buffer per device before each product: on a side branch of a captured
-    graph (concurrent weight gradients) a product could race one on the main stream for it. There "wgmma", and
-    "best" (rung 6 on an sm_90 GPU for a long K), become rung 5 ("pipeline"); other rungs stay as asked."""
+def test_a_product_on_a_graph_branch_runs_on_rung_6_only_with_map_buffers_per_stream(device, setting, per_stream,
+                                                                                    monkeypatch):
+    """Rung 6 writes its tensor maps into a buffer before each product: with one buffer per device (a hgemm.py
+    without ``map_buffer(stream)``), on a side branch of a captured graph (concurrent weight gradients) a product
+    could race one on the main stream for it. There "wgmma", and "best" (rung 6 on an sm_90 GPU for a long K),
+    become rung 5 ("pipeline"); other rungs stay as asked. With a buffer per stream, every setting stays."""
     if device != "emu":
         pytest.skip("the branch is stood in for on the emulator (on cuda in_branch is the capture's state)")
-    asked = kernels.load_module("hgemm.py").VARIANTS_ASKED
+    module = kernels.load_module("hgemm.py")
+    if per_stream:
+        monkeypatch.setattr(module, "map_buffer", lambda stream=None: None, raising=False)
+    asked = module.VARIANTS_ASKED
     a, b = (minitorch.tensor(np.ones((64, 600), np.float32), device) for _ in range(2))
     b2 = minitorch.tensor(np.ones((65, 600), np.float32), device)  # another shape: no launch plan replayed
     previous = ops.set_hgemm_variant(setting)
@@ -99,7 +105,7 @@ def test_a_product_on_a_graph_branch_never_runs_on_rung_6(device, setting, monke
     finally:
         ops.set_hgemm_variant(previous)
     assert outside == [setting]
-    assert asked == ["mma" if setting == "mma" else "pipeline"]
+    assert asked == [setting if setting == "mma" or per_stream else "pipeline"]
 
 
 @pytest.mark.parametrize("out_dtype", ["float32", "bfloat16"])

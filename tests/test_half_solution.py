@@ -141,3 +141,101 @@ def test_linear_under_autocast_adds_its_bias_in_the_product(device, variant):
     expected = (x_host.astype(np.float64) @ layer.weight.numpy().astype(np.float64)
                 + layer.bias.numpy().astype(np.float64))
     assert np.max(np.abs(fused_run[0] - expected)) <= 0.05 * np.max(np.abs(expected))  # bf16 operands
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+@pytest.mark.parametrize(("rows", "cols", "offset"), [(37, 29, 0), (70, 36, 0), (33, 12, 1)],
+                         ids=["odd", "quads", "view-past-a-boundary"])
+def test_column_sums_of_a_16bit_matrix(device, fmt, rows, cols, offset):
+    """ops.column_sums_16bit (the lab's column_sums_16bit): the float32 column sums of the 16-bit values, against
+    float64 sums of the same values; a matrix that starts 2 bytes past an 8-byte boundary takes the element path."""
+    rng = np.random.default_rng(rows * cols + offset)
+    flat = minitorch.tensor(rng.standard_normal(rows * cols + offset).astype(np.float32), device).to(fmt)
+    t = minitorch.Tensor(flat.data[offset:].reshape(rows, cols), device)
+    kernels.reset_launch_counts()
+    sums = ops.column_sums_16bit(t)
+    assert kernels.launch_count("convert.cu", f"{'half' if fmt == 'float16' else 'bfloat16'}_column_sums") == 1
+    values = t.float().numpy().astype(np.float64)
+    np.testing.assert_allclose(sums.numpy(), values.sum(axis=0), rtol=1e-5,
+                               atol=1e-5 * np.abs(values).sum(axis=0).max())
+    assert sums.dtype == np.float32 and sums.shape == (cols,)
+
+
+@pytest.mark.parametrize("fmt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("n", [1003, 4096], ids=["elements", "quads"])
+def test_gelu_in_16_bits_is_gelu_rounded_once(device, workspace, fmt, n):
+    """ops.gelu(x, out_dtype) (the lab's gelu_16bit) is Phase 7's gelu then the conversion, bit for bit; and
+    gelu_backward of a 16-bit gradient is the float32 backward of its widened values, rounded once."""
+    write_solutions(workspace, ("phase7_gpt.ipynb",))  # Phase 7's gelu.cu, the float32 reference
+    rng = np.random.default_rng(n)
+    x = minitorch.tensor((rng.standard_normal(n) * 3).astype(np.float32), device)
+    g16 = minitorch.tensor(rng.standard_normal(n).astype(np.float32), device).to(fmt)
+    kernels.reset_launch_counts()
+    y16 = ops.gelu(x, fmt)
+    dx16 = ops.gelu_backward(x, g16)
+    assert kernels.launch_count("convert.cu", f"gelu_to_{'half' if fmt == 'float16' else 'bfloat16'}") == 1
+    assert kernels.launch_count("convert.cu", f"gelu_backward_{'half' if fmt == 'float16' else 'bfloat16'}") == 1
+    assert y16.dtype == dx16.dtype == minitorch.dtypes.resolve(fmt)
+    assert y16.bits().tobytes() == ops.convert(ops.gelu(x), fmt).bits().tobytes()
+    want = ops.convert(ops.gelu_backward(x, ops.convert(g16, "float32")), fmt)
+    assert dx16.bits().tobytes() == want.bits().tobytes()
+    # and against float64 (the tanh formula), within the 16-bit rounding
+    v = x.numpy().astype(np.float64)
+    u = np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)
+    np.testing.assert_allclose(y16.float().numpy(), 0.5 * v * (1 + np.tanh(u)), rtol=2 ** -7, atol=1e-3)
+
+
+@pytest.mark.parametrize("variant", [None, "pipeline"], ids=["default", "rung 5"])
+def test_linear_kept_rounded_is_the_float32_output_rounded(device, variant):
+    """Linear(..., keep_rounded=True) under autocast: y in bfloat16, the bits of the float32 output rounded once
+    (the bias added to the float32 sums in the epilogue, or by add_bias before the conversion); its gradient
+    comes in bfloat16 and gives the gradients of the float32 layer fed the same rounded gradient (the bias's:
+    the float32 column sums of it)."""
+    m, k, n = (70, 40, 36) if device == "emu" else (1000, 384, 1152)
+    rng = np.random.default_rng(15)
+    x_host = rng.standard_normal((m, k)).astype(np.float32)
+    grad16 = minitorch.tensor(rng.standard_normal((m, n)).astype(np.float32), device).to("bfloat16")
+    layer = minitorch.nn.Linear(k, n, seed=4, device=device)
+    previous = ops.set_hgemm_variant(variant)
+    try:
+        runs = []
+        for rounded in (True, False):
+            x = minitorch.tensor(x_host, device, requires_grad=True)
+            layer.zero_grad()
+            with amp.autocast("bfloat16"):
+                y = layer(x, keep_rounded=rounded)
+            y.backward(grad16 if rounded else grad16.float())
+            runs.append((y, x.grad.numpy(), layer.weight.grad.numpy(), layer.bias.grad.numpy()))
+    finally:
+        ops.set_hgemm_variant(previous)
+    (y16, *kept), (y32, *plain) = runs
+    assert y16.dtype == minitorch.dtypes.bfloat16 and y32.dtype == np.float32
+    assert y16.bits().tobytes() == y32.to("bfloat16").bits().tobytes()
+    for name, got, want in zip(("x.grad", "weight.grad"), kept[:2], plain[:2], strict=True):
+        assert got.tobytes() == want.tobytes(), name
+    np.testing.assert_allclose(kept[2], plain[2], rtol=1e-5, atol=1e-5 * float(np.abs(plain[2]).max()))
+
+
+def test_a_split_weight_gradient_runs_its_pieces_in_one_launch_and_sums_them(device):
+    """dW = Xᵀ·dY over a long K, split into pieces (ops.linalg.split_k): one launch of the lab's hgemm for the whole
+    stack (on an H100 rung 6, its tensor maps over the stack seen as one matrix) and one of its sum_pieces, within
+    the bound of the whole float32 sum of the rounded operands."""
+    k, m, n = (2048, 16, 24) if device == "emu" else (16384, 384, 1152)
+    rng = np.random.default_rng(16)
+    x = rng.standard_normal((k, m)).astype(np.float32)
+    dy = rng.standard_normal((k, n)).astype(np.float32)
+    pieces = ops.linalg.split_k(m, n, k, True, False)
+    assert pieces > 1
+    x16, dy16 = minitorch.tensor(x, device).to("bfloat16"), minitorch.tensor(dy, device).to("bfloat16")
+    kernels.reset_launch_counts()
+    got = ops.matmul(x16, dy16, transpose_a=True, out_dtype="float32").numpy()
+    counts = kernels.launch_counts()
+    products = {f: c for (_, f), c in counts.items() if f.startswith("hgemm_") and f != "hgemm_sum_pieces"}
+    assert sum(products.values()) == 1, products
+    if device == "cuda":  # an H100: the stack on rung 6
+        assert any(f.startswith("hgemm_6_wgmma") for f in products), products
+    assert counts.get(("hgemm.cu", "hgemm_sum_pieces")) == 1
+    xr = x16.float().numpy().astype(np.float64)
+    dyr = dy16.float().numpy().astype(np.float64)
+    bound = 2 * k * 2.0 ** -24 * (np.abs(xr).T @ np.abs(dyr))
+    assert np.all(np.abs(got - xr.T @ dyr) <= bound)

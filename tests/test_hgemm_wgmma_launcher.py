@@ -92,7 +92,7 @@ def test_rung6_launches_the_map_writer_then_the_persistent_gemm(hg, ta, tb):
     assert [int(v) for v in args2[3:]] == [0, m, n, k]
     assert gemm == f"hgemm_6_wgmma<fp16, float, {str(ta).lower()}, {str(tb).lower()}>"
     tiles = -(-m // 128) * -(-n // 256)
-    assert grid2 == (min(tiles, 132),) and block2 == (384,) and smem == module.WGMMA_SMEM == 197696
+    assert grid2 == (min(tiles, 132), 1, 1) and block2 == (384,) and smem == module.WGMMA_SMEM == 197696
     # A's map: the array as stored, innermost dimension first, rows 2 * row-length bytes apart, the 128-byte
     # swizzle, zeros outside; the boxes the kernel's shared-memory layout expects
     map_a, map_b = driver.calls
@@ -126,8 +126,8 @@ def test_products_the_tma_cannot_copy_run_on_rung5(hg, m, k, n, ta, tb, rung6):
 
 
 def test_a_stack_of_matrices_runs_on_rung5_in_one_launch(hg):
-    """Rung 6's tensor maps are 2-D: a batch (stacks of matrices) goes to rung 5, one launch for the whole stack
-    (grid z), even when every matrix alone would fit the TMA."""
+    """Rung 6's tensor maps are 2-D: a batch (stacks of matrices) whose k does not run on from one matrix to the
+    next goes to rung 5, one launch for the whole stack (grid z), even when every matrix alone would fit the TMA."""
     module, launches, _ = hg
     a = backend.asarray(np.ones((3, 16, 8), np.float16))
     b = backend.asarray(np.ones((3, 8, 16), np.float16))
@@ -137,6 +137,32 @@ def test_a_stack_of_matrices_runs_on_rung5_in_one_launch(hg):
     assert not launches
     assert kernels.launch_count("hgemm.cu", module.kernel_name("pipeline", "fp16", "float", False, False)) == 1
     np.testing.assert_array_equal(backend.asnumpy(out), np.full((3, 16, 16), 8.0, np.float32))
+
+
+@pytest.mark.parametrize(("k", "rung6"), [(128, True), (72, False)], ids=["K=128", "K=72"])
+def test_a_stack_along_k_runs_on_rung6_in_one_launch(hg, k, rung6):
+    """Aᵀ·B for stacks A (batch, K, M) and B (batch, K, N) (a split weight gradient's pieces): with K a multiple
+    of 64, one launch of rung 6 whose maps see each stack as one matrix of batch·K rows, grid z the matrix and
+    the multiprocessors shared among the matrices; otherwise (a k-step would cross into the next matrix) rung 5."""
+    module, launches, driver = hg
+    batch, m, n = 8, 384, 1152
+    a = backend.asarray(np.ones((batch, k, m), np.float16))
+    b = backend.asarray(np.ones((batch, k, n), np.float16))
+    out = backend.asarray(np.full((batch, m, n), np.nan, np.float32))
+    kernels.reset_launch_counts()
+    module.hgemm(a, b, out, "float16", "wgmma", transpose_a=True)
+    if not rung6:
+        assert not launches
+        assert kernels.launch_count("hgemm.cu", module.kernel_name("pipeline", "fp16", "float", True, False)) == 1
+        return
+    [(store, _, _, args, _), (gemm, grid, _, args2, _)] = launches
+    assert store == "store_tensor_maps" and gemm == "hgemm_6_wgmma<fp16, float, true, false>"
+    tiles = -(-m // 128) * -(-n // 256)
+    assert grid == (min(tiles, 132 // batch), 1, batch)
+    assert args2[1] is out and [int(v) for v in args2[3:]] == [0, m, n, k]  # K: one matrix's
+    map_a, map_b = driver.calls
+    assert map_a["address"] == a.data.ptr and map_a["dims"] == (m, batch * k)
+    assert map_b["address"] == b.data.ptr and map_b["dims"] == (n, batch * k)
 
 
 @pytest.mark.parametrize(("k", "batch", "sm90", "written", "rung6"), [

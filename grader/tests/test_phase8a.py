@@ -328,6 +328,67 @@ def test_conversion_with_column_sums(rows, cols):
                                     if np.isnan(got[c]) else ""))
 
 
+def _within(what: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> None:
+    bad = ~(np.abs(got - want) <= rtol * np.abs(want) + atol)
+    if bad.any():
+        i = int(np.flatnonzero(bad.reshape(-1))[0])
+        raise GradeError(f"{what}: {int(bad.sum())} of {bad.size} values are wrong; first at flat index {i}: got "
+                         f"{got.reshape(-1)[i]!r}, expected {want.reshape(-1)[i]!r} (float64, within {rtol:.3g} "
+                         f"relative)")
+
+
+# a 16-bit value's rounding: half an ulp (bfloat16 2^-8 relative, float16 2^-11), a little more for tanhf's
+ROUNDING = {"bfloat16": 2.0 ** -8 * 1.05, "float16": 2.0 ** -11 * 1.5}
+
+
+@pytest.mark.kernel("convert.cu", "bfloat16_column_sums")
+@pytest.mark.parametrize("rows, cols", [(1, 1), (7, 13), (300, 384)] + ([(16384, 1152)] if ON_GPU else []), ids=str)
+@pytest.mark.hint("column_sums_16bit (given) widens each 16-bit value with your half_bits_to_float (bfloat16: the "
+                  "bits moved up 16) and sums the columns in float32; check from_16bit's tests first")
+def test_column_sums_of_16bit_values(rows, cols):
+    x = checks.rng("16-bit column sums", rows, cols).standard_normal((rows, cols)).astype(np.float32) * 100
+    for dtype in FORMATS:
+        bits = half_reference(x) if dtype == "float16" else bfloat16_reference(x)
+        values = widen_host(bits, dtype).astype(np.float64)
+        x16 = backend.asarray(bits.view(STORAGE[dtype]))
+        sums = checks.poison((cols,))
+        what = f"column_sums_16bit(x {rows} x {cols}, sums, {dtype!r})"
+        launch_checked(what, partial(convert_module().column_sums_16bit, x16, sums, dtype))
+        bound = rows * 2.0 ** -24 * np.abs(values).sum(axis=0) * 1.01 + 1e-30
+        _within(what, checks.to_host(sums).astype(np.float64), values.sum(axis=0), 0.0, bound)
+
+
+@pytest.mark.kernel("convert.cu", "gelu_to_bfloat16")
+@pytest.mark.parametrize("n", [1, 1003, 4096] + ([1 << 22] if ON_GPU else []), ids=str)
+@pytest.mark.hint("gelu_16bit and gelu_backward_16bit (given) round with your float_bits_to_* and widen with "
+                  "half_bits_to_float: check the conversions' tests first")
+def test_gelu_in_16_bits(n):
+    r = checks.rng("16-bit gelu", n)
+    x = (r.standard_normal(n) * 3).astype(np.float32)
+    g = r.standard_normal(n).astype(np.float32)
+    v = x.astype(np.float64)
+    t = np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3))
+    slope = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * np.sqrt(2 / np.pi) * (1 + 3 * 0.044715 * v * v)
+    cv = convert_module()
+    for dtype in FORMATS:
+        out = checks.poison((n,), STORAGE[dtype])
+        launch_checked(f"gelu_16bit of {n} elements, {dtype!r}", partial(cv.gelu_16bit, backend.asarray(x), out,
+                                                                        dtype))
+        got = widen_host(checks.to_host(out).view(np.uint16), dtype).astype(np.float64)
+        # the float32 formula loses digits where tanh is near -1 (1 + t cancels): about |x| 2^-24 absolute
+        _within(f"gelu_16bit of {n} elements ({dtype})", got, 0.5 * v * (1 + t), ROUNDING[dtype],
+                np.abs(v) * 2.0 ** -22 + 2.0 ** -24)
+        g_bits = half_reference(g) if dtype == "float16" else bfloat16_reference(g)
+        grad_in = checks.poison((n,), STORAGE[dtype])
+        launch_checked(f"gelu_backward_16bit of {n} elements, {dtype!r}", partial(
+            cv.gelu_backward_16bit, backend.asarray(x), backend.asarray(g_bits.view(STORAGE[dtype])), grad_in,
+            dtype))
+        got = widen_host(checks.to_host(grad_in).view(np.uint16), dtype).astype(np.float64)
+        want = widen_host(g_bits, dtype).astype(np.float64) * slope
+        _within(f"gelu_backward_16bit of {n} elements ({dtype})", got, want, ROUNDING[dtype],
+                np.abs(widen_host(g_bits, dtype) * v) * 2.0 ** -21 + 2.0 ** -24)
+
+
 @pytest.mark.hint("convert.py checks its arguments, and names what it expected and what it got, before launching")
 def test_column_sums_launcher_rejects_bad_arguments():
     cv = convert_module()

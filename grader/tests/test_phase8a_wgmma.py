@@ -116,6 +116,41 @@ def test_wgmma_bias_added_as_c_is_stored(m, k, n):
 
 @HOPPER
 @RUNG6
+@pytest.mark.parametrize("batch, m, k, n", [(8, 384, 2048, 1152), (3, 136, 192, 264), (3, 129, 192, 264),
+                                            (2, 136, 72, 264)], ids=str)
+@pytest.mark.hint("a stack whose k runs on into the next matrix (A stored (batch, K, M), B (batch, K, N), K a "
+                  "multiple of 64) is one launch of rung 6: grid z the matrix, block z's copies start at row z K of "
+                  "the maps (k0 = k_first + kt * BK), its C at z M N; other stacks go to rung 5")
+def test_wgmma_stack_along_k_in_one_launch(batch, m, k, n):
+    """The pieces of a split weight gradient: out[z] = A[z]ᵀ B[z] for each z, on rung 6 when K % 64 == 0 (the
+    stack seen as two matrices of batch K rows) and the TMA can copy the rows (M and N multiples of 8), on rung 5
+    otherwise (K = 72: a k-step would read the next matrix's rows; M = 129)."""
+    hg = hgemm_module()
+    for dtype in FORMATS:
+        stacks = [operands(m, k, n, dtype, True, False, "stack", z) for z in range(batch)]
+        a = backend.asarray(np.stack([s[0] for s in stacks]))
+        b = backend.asarray(np.stack([s[1] for s in stacks]))
+        whole = checks.poison((batch * m * n + 64,))
+        out = whole[: batch * m * n].reshape(batch, m, n)
+        what = (f"hgemm(variant='wgmma', dtype={dtype!r}) of a stack of {batch} products Aᵀ B, A stored "
+                f"({batch}, {k}, {m}), B ({batch}, {k}, {n})")
+        checks.reset_launches()
+        checks.run_without_host_transfers(what, lambda a=a, b=b, out=out, dtype=dtype: hg.hgemm(
+            a, b, out, dtype, "wgmma", transpose_a=True))
+        on_rung6 = k % 64 == 0 and m % 8 == 0 and n % 8 == 0  # the stacks' stored rows: M and N elements
+        ran = launches_of(WGMMA_FILE, WGMMA_KERNEL) if on_rung6 else launches_of("hgemm.cu", "hgemm_5_pipeline")
+        if ran != 1:
+            raise GradeError(f"{what}: {ran} launches of `{WGMMA_KERNEL if on_rung6 else 'hgemm_5_pipeline'}`, "
+                             f"expected one for the whole stack" + (f" (K = {k} is a multiple of 64: rung 6)"
+                                                                    if on_rung6 else f" (K = {k}: rung 5)"))
+        for z, (_, _, a64, b64) in enumerate(stacks):
+            assert_hgemm_close(out[z], a64, b64, dtype, False, f"{what}, matrix {z}")
+        if not checks.is_poison(checks.to_host(whole)[batch * m * n:]).all():
+            raise GradeError(f"{what}: wrote past the end of the stack of C")
+
+
+@HOPPER
+@RUNG6
 @pytest.mark.hint("with K = 0, C is a sum of no products: every element written as 0 (a tensor map has no empty "
                   "dimension: rung 5 does it); an empty C needs no launch")
 def test_wgmma_empty_products():

@@ -63,14 +63,15 @@ class LinearBias(Function):
     as theirs, db the same sums (added in another order where blocks of rows meet by atomics)."""
 
     @staticmethod
-    def forward(ctx: Context, x: Tensor, w: Tensor, b: Tensor) -> Tensor:
+    def forward(ctx: Context, x: Tensor, w: Tensor, b: Tensor, keep_rounded: bool = False) -> Tensor:
         # x float32 (rounded here), or already in the autocast dtype (used as it is, as MatMul does: its gradient
-        # then comes out in that dtype)
+        # then comes out in that dtype). keep_rounded: y in the autocast dtype (rounded as it is stored), for a
+        # consumer that would round it anyway; its gradient then comes in that dtype too
         ctx.compute = compute = ops.product_dtype(x.dtype) or x.dtype
         ctx.grad_x_dtype = x.dtype
         x16, w16 = ops.convert(x, compute), ops.convert(w, compute)
         ctx.save_for_backward(x16, w16)
-        return ops.matmul(x16, w16, out_dtype=DTYPE, bias=b)
+        return ops.matmul(x16, w16, out_dtype=compute if keep_rounded else DTYPE, bias=b)
 
     @staticmethod
     def backward(ctx: Context, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
@@ -78,6 +79,8 @@ class LinearBias(Function):
         grad_b = None
         if ctx.needs_input_grad[2] and grad.dtype == DTYPE:  # one pass over dy: its 16-bit copy and column sums
             g16, grad_b = ops.convert_with_column_sums(grad, ctx.compute)
+        elif ctx.needs_input_grad[2] and grad.dtype == ctx.compute:  # dy already rounded: only its column sums
+            g16, grad_b = grad, ops.column_sums_16bit(grad)
         else:
             g16 = ops.convert(grad, ctx.compute)
         grad_x = (ops.matmul(g16, w16, transpose_b=True, out_dtype=ctx.grad_x_dtype) if ctx.needs_input_grad[0]

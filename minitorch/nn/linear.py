@@ -40,7 +40,10 @@ class Linear(Module):
             b = rng.uniform(-bound, bound, (out_features,)).astype(dt)
             self.bias = Tensor(backend.get_backend(device).asarray(b), device, requires_grad=True)
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(self, x: Tensor, *, keep_rounded: bool = False) -> Tensor:
+        """y = x @ W + b. ``keep_rounded``: under autocast, y in the autocast dtype (the float32 sums plus the
+        bias, rounded once as they are stored), for a consumer that would round y anyway (FlashAttention's Q | K
+        | V); its gradient then comes back in that dtype. Elsewhere y is float32 (or the input's dtype)."""
         if not isinstance(x, Tensor):
             raise TypeError(f"Linear expects a minitorch Tensor, got {type(x).__name__}")
         if x.ndim < 2 or x.shape[-1] != self.in_features:
@@ -53,7 +56,7 @@ class Linear(Module):
         if (self.bias is not None and self.weight.dtype == DTYPE and ops.autocast_dtype() is not None
                 and x.dtype in (DTYPE, ops.autocast_dtype())):
             # under autocast: one product that adds the bias as it stores y (autograd.LinearBias)
-            y = autograd.LinearBias.apply(x, self.weight, self.bias)
+            y = autograd.LinearBias.apply(x, self.weight, self.bias, keep_rounded)
         else:
             y = x @ self.weight
             if self.bias is not None:

@@ -93,8 +93,9 @@ class LayerNorm(Module):
 class GELU(Module):
     """GELU in GPT-2's tanh approximation."""
 
-    def forward(self, x: Tensor) -> Tensor:
-        return functional.gelu(x)
+    def forward(self, x: Tensor, *, keep_rounded: bool = False) -> Tensor:
+        """gelu(x); ``keep_rounded``: under autocast, the output in the autocast dtype (functional.gelu)."""
+        return functional.gelu(x, keep_rounded)
 
 
 ATTENTIONS = ("materialised", "flash")
@@ -154,7 +155,8 @@ class MultiHeadAttention(Module):
             got = x.shape if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"MultiHeadAttention(d_model={self.d_model}) expects x of shape (B, T, {self.d_model}), "
                              f"got {got}")
-        qkv = self.c_attn(x)
+        # flash under autocast: Q | K | V stay rounded, as FlashAttention takes them (one conversion less each way)
+        qkv = self.c_attn(x, keep_rounded=self.attention == "flash" and ops.autocast_dtype() is not None)
         if self.attention == "materialised":
             if not (self.dropout and self.training):
                 return self.c_proj(functional.causal_self_attention(qkv, self.n_head))
@@ -203,7 +205,9 @@ class TransformerBlock(Module):
     def forward(self, x: Tensor) -> Tensor:
         # x + dropout(branch), each in one kernel while training (Dropout.residual)
         x = self.attn_drop.residual(x, self.attn(self.ln1(x)))
-        return self.mlp_drop.residual(x, self.proj(self.gelu(self.fc(self.ln2(x)))))
+        # under autocast GELU's output stays rounded: proj's product takes it as it is
+        hidden = self.gelu(self.fc(self.ln2(x)), keep_rounded=ops.autocast_dtype() is not None)
+        return self.mlp_drop.residual(x, self.proj(hidden))
 
 
 class _TiedProjection(Function):

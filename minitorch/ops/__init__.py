@@ -36,6 +36,7 @@ from minitorch.ops.optim import sgd_momentum_
 from minitorch.ops.pooling import max_pool2d, max_pool2d_backward
 from minitorch.ops.precision import (
     autocast_dtype,
+    column_sums_16bit,
     convert,
     convert_with_column_sums,
     restore_if_found_,
@@ -69,7 +70,7 @@ __all__ = [
     "gelu_backward", "layer_norm", "layer_norm_backward", "merge_heads", "attention_softmax", "attention_softmax_backward",
     "split_heads",
     # Phase 8a
-    "autocast_dtype", "convert", "convert_with_column_sums", "product_dtype", "restore_if_found_", "scale_by_", "set_autocast_dtype", "unscale_check_",
+    "autocast_dtype", "column_sums_16bit", "convert", "convert_with_column_sums", "product_dtype", "restore_if_found_", "scale_by_", "set_autocast_dtype", "unscale_check_",
     "update_scale_",
     # KV-cached generation
     "cached_attention", "write_position_",

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from minitorch import backend, dtypes, kernels
-from minitorch.ops.dispatch import accepts, check_tensors, cpu_result, empty, launch, matrix
+from minitorch.ops.dispatch import accepts, check_tensors, cpu_result, empty, launch, matrix, provides
 from minitorch.ops.elementwise import add_bias
 from minitorch.ops.precision import autocast_dtype, convert
 from minitorch.ops.reduce import bias_grad
@@ -66,7 +66,8 @@ GPU_SMALL_OUTPUT = 2048
 # looping over all of K (16,384 rows): an H100 took 150 us for each of those products on rung 6 (wgmma), 380 us on
 # rung 5, a fifth of the step (benchmarks/results/phase8b_nanogpt_phase7init-*.json, gemm rows). Stored K-major (Xᵀ read in
 # place, dY as it is), both operands are stacks of pieces of K without a copy; one batched launch computes the
-# partial products (grid z = the piece) and a column sum (Phase 3b's bias_grad) adds them in float32. The pieces
+# partial products (grid z = the piece; on rung 6 too, whose tensor maps see each stack as one matrix) and the
+# lab's sum_pieces adds them in float32, in order (Phase 3b's bias_grad where hgemm.py predates it). The pieces
 # are as many as bring the blocks (tiles x pieces) to the target, about one a multiprocessor, each piece at least
 # SPLIT_PIECE_K rows long.
 SPLIT_MIN_K, SPLIT_PIECE_K, SPLIT_MAX = 2048, 256, 16
@@ -106,23 +107,38 @@ def hgemm_variant(device: str, m: int, n: int, k: int) -> str:
 BIAS_VARIANTS = ("best", "pipeline", "wgmma")  # the rungs of hgemm.py that add a bias as they store C
 
 
-def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: bool, transpose_b: bool,
-           mnk: tuple[int, int, int], bias: Any = None) -> bool:
-    """One launch of the learner's ``hgemm.py`` (a matrix or a stack of them), on the variant the setting picks.
-    ``bias`` (a float32 device vector of N values, or None) is added by the launch where the variant adds one
-    (rungs 5 and 6); returns whether it was (else the caller adds it)."""
+def _hgemm_choice(device: str, mnk: tuple[int, int, int], transpose_a: bool, transpose_b: bool) -> str:
+    """The variant of ``hgemm.py`` that the setting (``set_hgemm_variant``) picks for this product."""
     m, n, k = mnk
     choice = _hgemm_variant
     if callable(choice):
         choice = choice(m, n, k, transpose_a, transpose_b)
     if choice is None:
         choice = hgemm_variant(device, m, n, k)
-    if choice in ("wgmma", "best") and backend.get_backend(device).in_branch:
-        # rung 6 writes its tensor maps into one buffer per device before each product: a product on a side
-        # branch of a graph, concurrent with one on the main stream, would race for it; rung 5 keeps none
-        # ("best" is rung 6 on an sm_90 GPU for a long K: the lab's hgemm.py, best_variant)
+    if (choice in ("wgmma", "best") and backend.get_backend(device).in_branch
+            and not (provides(HGEMM_FILE, "map_buffer") and accepts(HGEMM_FILE, "map_buffer", "stream"))):
+        # rung 6 writes its tensor maps into a buffer before each product: one per device in a hgemm.py from
+        # before the buffers were kept per stream, where a product on a side branch of a graph, concurrent with
+        # one on the main stream, would race for it; rung 5 keeps none ("best" is rung 6 on an sm_90 GPU for a
+        # long K: the lab's hgemm.py, best_variant)
         choice = "pipeline"
-    if bias is not None and choice in BIAS_VARIANTS and accepts(HGEMM_FILE, "hgemm", "bias"):
+    return choice
+
+
+def _adds_bias(choice: str) -> bool:
+    """Whether the learner's launch of variant ``choice`` adds a bias as it stores C (rungs 5 and 6, in a
+    launcher that takes one)."""
+    return choice in BIAS_VARIANTS and accepts(HGEMM_FILE, "hgemm", "bias")
+
+
+def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: bool, transpose_b: bool,
+           mnk: tuple[int, int, int], bias: Any = None) -> bool:
+    """One launch of the learner's ``hgemm.py`` (a matrix or a stack of them), on the variant the setting picks.
+    ``bias`` (a float32 device vector of N values, or None) is added by the launch where the variant adds one
+    (rungs 5 and 6); returns whether it was (else the caller adds it)."""
+    m, n, k = mnk
+    choice = _hgemm_choice(device, mnk, transpose_a, transpose_b)
+    if bias is not None and _adds_bias(choice):
         # positional: a plan replays it with the bias of each call
         launch(device, HGEMM_FILE, "hgemm", a, b, out, compute.name, choice, transpose_a, transpose_b, bias,
                outputs=(2,))
@@ -177,10 +193,11 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
     ``out_dtype=float32``. Float32 operands are rounded to ``compute_dtype`` (float16 or bfloat16;
     default: the autocast dtype, if any) and give float32.
 
-    ``bias``: a float32 (N,) tensor added to every row of a float32 result (a Linear layer's). On the
-    tensor cores' rungs 5 and 6 it is added as the product is stored (no pass of its own over the result);
-    elsewhere by ``add_bias`` after the product. Either way each element is the float32 sum plus the bias,
-    rounded once: the same bits."""
+    ``bias``: a float32 (N,) tensor added to every row of the result (a Linear layer's), to the float32 sums
+    before a 16-bit result is rounded. On the tensor cores' rungs 5 and 6 it is added as the product is stored
+    (no pass of its own over the result); elsewhere by ``add_bias`` after the product (then a 16-bit result is
+    rounded by a conversion). Either way each element is the float32 sum plus the bias, rounded once: the same
+    bits."""
     device, dtype = check_tensors("matmul", half=True, a=a, b=b)
     out_dt = dtype
     if out_dtype is not None:
@@ -198,8 +215,9 @@ def matmul(a: Tensor, b: Tensor, *, transpose_a: bool = False, transpose_b: bool
                          f"b{'ᵀ' if transpose_b else ''} must be ({k}, N); got {b.shape}")
     if bias is not None:
         bias_device, bias_dtype = check_tensors("matmul", bias=bias)
-        if bias_device != device or bias_dtype != out_dt or bias.shape != (n,):
-            raise ValueError(f"matmul: bias must be a {out_dt} tensor of shape ({n},) on {device!r} (one value per "
+        wanted = DTYPE if out_dt in HALF else out_dt  # a 16-bit result: the float32 sum plus the bias, rounded
+        if bias_device != device or bias_dtype != wanted or bias.shape != (n,):
+            raise ValueError(f"matmul: bias must be a {wanted} tensor of shape ({n},) on {device!r} (one value per "
                              f"column of the result); got {bias_dtype} {bias.shape} on {bias_device!r}")
     compute = dtype if dtype in HALF else product_dtype(dtype, compute_dtype)
     if compute is not None:
@@ -235,7 +253,7 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
                         transpose_a: bool, transpose_b: bool, bias: Tensor | None = None) -> Tensor:
     """The product on 16-bit operands of format ``compute``, fp32 accumulation; the result in ``dtype``
     (the operands' own: 16-bit operands give 16-bit, float32 operands (autocast) give float32); plus ``bias``
-    (float32 results only), in the product's epilogue where the rung adds one."""
+    (float32), in the product's epilogue where the rung adds one (before a 16-bit result is rounded)."""
     m, n, k = mnk
     device = a.device
 
@@ -248,6 +266,11 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
         c = np.matmul(a32.T if transpose_a else a32, b32.T if transpose_b else b32).astype(DTYPE)
         out = plus_bias(cpu_result(c, DTYPE))
         return out if dtype == DTYPE else convert(out, dtype)
+    if bias is not None and dtype != DTYPE and (not (m and n and k) or split_k(m, n, k, transpose_a, transpose_b) > 1
+                                                or not _adds_bias(_hgemm_choice(device, mnk, transpose_a,
+                                                                                transpose_b))):
+        # a 16-bit result whose bias no epilogue adds: the float32 result plus the bias, rounded once
+        return convert(_tensor_core_matmul(a, b, compute, DTYPE, mnk, transpose_a, transpose_b, bias), dtype)
     if not (m and n and k):  # nothing to multiply: zeros (a sum of no products), nothing to launch
         return plus_bias(Tensor(backend.get_backend(device).zeros((m, n), dtypes.storage(dtype)), device))
     a16, b16 = convert(a, compute), convert(b, compute)
@@ -256,13 +279,24 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
         partial = empty(device, (pieces, m, n))
         _hgemm(device, a16.data.reshape(pieces, k // pieces, m), b16.data.reshape(pieces, k // pieces, n), partial,
                compute, True, False, (m, n, k // pieces))
-        total = bias_grad(Tensor(partial.reshape(pieces, m * n), device))  # the pieces' sum, float32
-        out32 = plus_bias(Tensor(total.data.reshape(m, n), device))
+        out32 = plus_bias(_sum_pieces(device, partial))
         return out32 if dtype == DTYPE else convert(out32, dtype)
     out = empty(device, (m, n), dtypes.storage(dtype))
     added = _hgemm(device, a16.data, b16.data, out, compute, transpose_a, transpose_b, (m, n, k),
                    bias=None if bias is None else bias.data)
     return Tensor(out, device) if added else plus_bias(Tensor(out, device))
+
+
+def _sum_pieces(device: str, partial: Any) -> Tensor:
+    """The float32 sum (M, N) of a split product's pieces (pieces, M, N): the lab's ``sum_pieces`` (the pieces in
+    order), or Phase 3b's bias_grad (the column sums of the pieces seen as rows) where hgemm.py predates it."""
+    pieces, m, n = partial.shape
+    if not provides(HGEMM_FILE, "sum_pieces"):
+        total = bias_grad(Tensor(partial.reshape(pieces, m * n), device))
+        return Tensor(total.data.reshape(m, n), device)
+    out = empty(device, (m, n))
+    launch(device, HGEMM_FILE, "sum_pieces", partial, out, outputs=(1,))
+    return Tensor(out, device)
 
 
 def tensor_core_bmm(a: Tensor, b: Tensor, compute: Any, shape: tuple[int, int, int, int], transpose_a: bool,

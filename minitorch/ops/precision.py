@@ -79,6 +79,25 @@ def convert_with_column_sums(t: Tensor, dtype: Any) -> tuple[Tensor, Tensor]:
     return Tensor(out, t.device), Tensor(sums, t.device)
 
 
+def column_sums_16bit(t: Tensor) -> Tensor:
+    """The float32 column sums (cols,) of a float16 or bfloat16 matrix ``t`` (rows, cols): the bias's gradient of a
+    Linear layer whose output stays in 16 bits (its output gradient comes in 16 bits), in one pass over ``t`` (the
+    learner's ``column_sums_16bit``) on cuda/emu."""
+    if not isinstance(t, Tensor) or t.dtype not in HALF or t.ndim != 2:
+        raise TypeError(f"column_sums_16bit: expected a float16 or bfloat16 matrix, got "
+                        f"{t.dtype if isinstance(t, Tensor) else type(t).__name__} "
+                        f"{t.shape if isinstance(t, Tensor) else ''}")
+    if t.device == "cpu":
+        return cpu_result(t.numpy().sum(axis=0, dtype=DTYPE), DTYPE)
+    if not provides(CONVERT_FILE, "column_sums_16bit"):  # a convert.py from before it: widened, then summed
+        from minitorch.ops.reduce import bias_grad
+
+        return bias_grad(convert(t, DTYPE))
+    sums = empty(t.device, (t.shape[1],), DTYPE)
+    launch(t.device, CONVERT_FILE, "column_sums_16bit", t.data, sums, outputs=(1,), dtype=t.dtype.name)
+    return Tensor(sums, t.device)
+
+
 def _convert_cpu(t: Tensor, dt: Any) -> Tensor:
     values = t.numpy()  # a bfloat16 tensor's float32 values (exact)
     if dt in HALF:
