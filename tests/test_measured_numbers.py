@@ -63,3 +63,14 @@ def test_the_chapter_counts_the_parameters_of_the_lab_network(monkeypatch):
     model = importlib.import_module("figures_phase6_model")
     assert model.parameters() == sum(p.size for p in cnn.parameters())
     assert model.forward_flops_per_image() == 2 * (28 * 28 * 8 * 9 + 14 * 14 * 16 * 72 + 784 * 64 + 64 * 10)
+
+
+def test_a_selector_may_match_part_of_a_kernel_name_and_every_role_must_parse():
+    """``name*=`` keeps the entries whose field contains the (%-escaped) text: a kernel's template arguments hold
+    commas and angle brackets, which a role's target cannot; a role that does not parse is a problem, not a pass."""
+    step = "phase8b_nanogpt_step-nvidia-h100-80gb-hbm3.json"
+    weight_grads = f"{step}, key=results[kind=kernel&name*=hgemm_6_wgmma%3C__nv_bfloat16%2C float%2C true].calls_per_step"
+    assert measured.check("24", weight_grads) is None
+    assert "rounds to 25" in measured.check("25", weight_grads)
+    assert "has no value" in measured.check("1", f"{step}, key=results[kind=kernel&name*=no_such_kernel].calls_per_step")
+    assert measured.problems("{measured}`24 <" + step + ", key=results[kind=kernel&name=void f<float>].x>`") != []
