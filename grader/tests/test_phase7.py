@@ -1180,7 +1180,7 @@ def test_attention_forward_and_backward(b, t, h, d):
     # attention.py's "best": the warp and tiled kernels on a GPU, the emulator's kernels (no shuffle, no barrier)
     ran = ("bmm", "softmax_forward", "softmax_backward") if ON_GPU else (
         "bmm_regtile", "softmax_forward_rows", "softmax_backward_rows")
-    for fn in (*ran, "split_heads", "merge_heads"):
+    for fn in (*ran, heads_kernel("split_heads", d), heads_kernel("merge_heads", d)):
         checks.require_launch("attention.cu", fn)
     exp_y, exp_grad = attention_reference(qkv, h, g)
     checks.assert_close(y, exp_y, rtol=1e-4, atol=1e-5, what=f"{what}: y")
