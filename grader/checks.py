@@ -153,8 +153,9 @@ def _fmt_index(idx: tuple[int, ...]) -> str:
     return str(idx[0]) if len(idx) == 1 else "(" + ", ".join(map(str, idx)) + ")"
 
 
-def assert_close(got: Any, expected: Any, *, rtol: float = 1e-6, atol: float = 0.0, what: str = "output") -> None:
-    """Compare against an independent float64 reference; explain the first difference.
+def assert_close(got: Any, expected: Any, *, rtol: float = 1e-6, atol: Any = 0.0, what: str = "output") -> None:
+    """Compare against an independent float64 reference; explain the first difference. ``atol``: a number, or an
+    array of the reference's shape (a bound per element).
 
     NaN matches NaN and equal infinities match; a NaN where a number was expected is reported as
     "never written" because outputs are poisoned with NaN before launches.
@@ -178,7 +179,8 @@ def assert_close(got: Any, expected: Any, *, rtol: float = 1e-6, atol: float = 0
                 else " (a NaN computed by the kernel: 0/0, inf - inf, or the square root or log of a negative?)")
     finite = bad & np.isfinite(g) & np.isfinite(exp)
     lines = [
-        f"{what}: {n_bad} of {exp.size} values differ (rtol={rtol:g}, atol={atol:g})",
+        f"{what}: {n_bad} of {exp.size} values differ (rtol={rtol:g}, atol="
+        + (f"{atol:g}" if np.ndim(atol) == 0 else f"{float(np.broadcast_to(atol, exp.shape)[first]):g} there") + ")",
         f"  first bad index {_fmt_index(first) if first else '()'}: expected {e!r}, got {v!r}{note}",
     ]
     if finite.any():

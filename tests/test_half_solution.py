@@ -105,6 +105,19 @@ def test_a_bf16_autocast_run_follows_the_fp32_run(device):
     assert np.any(bf16 != fp32)
 
 
+def _autocast_pass(layer, x_host: np.ndarray, device: str, forward, grad) -> tuple:
+    """forward(x) of a fresh x under bf16 autocast, then its backward from ``grad``: (y, x.grad, the layer's weight
+    and bias gradients, the forward's add_bias launches)."""
+    x = minitorch.tensor(x_host, device, requires_grad=True)
+    layer.zero_grad()
+    kernels.reset_launch_counts()
+    with amp.autocast("bfloat16"):
+        y = forward(x)
+    adds = sum(n for (_, fn), n in kernels.launch_counts().items() if fn == "add_bias")
+    y.backward(grad)
+    return y, x.grad.numpy(), layer.weight.grad.numpy(), layer.bias.grad.numpy(), adds
+
+
 @pytest.mark.parametrize("variant", [None, "pipeline"], ids=["default", "rung 5"])
 def test_linear_under_autocast_adds_its_bias_in_the_product(device, variant):
     """A Linear layer under autocast is one product whose epilogue adds the bias (autograd.LinearBias; on rungs 5
@@ -115,21 +128,14 @@ def test_linear_under_autocast_adds_its_bias_in_the_product(device, variant):
     x_host = rng.standard_normal((m, k)).astype(np.float32)
     grad_host = rng.standard_normal((m, n)).astype(np.float32)
     layer = minitorch.nn.Linear(k, n, seed=3, device=device)
+    grad = minitorch.tensor(grad_host, device)
     previous = ops.set_hgemm_variant(variant)
     try:
-        runs = []
-        for fused in (True, False):
-            x = minitorch.tensor(x_host, device, requires_grad=True)
-            layer.zero_grad()
-            kernels.reset_launch_counts()
-            with amp.autocast("bfloat16"):
-                y = layer(x) if fused else x @ layer.weight + layer.bias
-            adds = sum(n for (f, fn), n in kernels.launch_counts().items() if fn == "add_bias")
-            y.backward(minitorch.tensor(grad_host, device))
-            runs.append((y.numpy(), x.grad.numpy(), layer.weight.grad.numpy(), layer.bias.grad.numpy(), adds))
+        fused_run = _autocast_pass(layer, x_host, device, layer, grad)
+        plain_run = _autocast_pass(layer, x_host, device, lambda x: x @ layer.weight + layer.bias, grad)
     finally:
         ops.set_hgemm_variant(previous)
-    (fused_run, plain_run) = runs
+    fused_run, plain_run = ((r[0].numpy(), *r[1:]) for r in (fused_run, plain_run))
     for name, got, want in zip(("y", "x.grad", "weight.grad"), fused_run[:3], plain_run[:3], strict=False):
         assert got.tobytes() == want.tobytes(), name
     # the bias gradient: column sums, added by atomics across chunks of rows on a GPU (their order varies),
@@ -198,17 +204,10 @@ def test_linear_kept_rounded_is_the_float32_output_rounded(device, variant):
     layer = minitorch.nn.Linear(k, n, seed=4, device=device)
     previous = ops.set_hgemm_variant(variant)
     try:
-        runs = []
-        for rounded in (True, False):
-            x = minitorch.tensor(x_host, device, requires_grad=True)
-            layer.zero_grad()
-            with amp.autocast("bfloat16"):
-                y = layer(x, keep_rounded=rounded)
-            y.backward(grad16 if rounded else grad16.float())
-            runs.append((y, x.grad.numpy(), layer.weight.grad.numpy(), layer.bias.grad.numpy()))
+        y16, *kept = _autocast_pass(layer, x_host, device, lambda x: layer(x, keep_rounded=True), grad16)
+        y32, *plain = _autocast_pass(layer, x_host, device, layer, grad16.float())
     finally:
         ops.set_hgemm_variant(previous)
-    (y16, *kept), (y32, *plain) = runs
     assert y16.dtype == minitorch.dtypes.bfloat16 and y32.dtype == np.float32
     assert y16.bits().tobytes() == y32.to("bfloat16").bits().tobytes()
     for name, got, want in zip(("x.grad", "weight.grad"), kept[:2], plain[:2], strict=True):

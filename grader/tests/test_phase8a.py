@@ -328,15 +328,6 @@ def test_conversion_with_column_sums(rows, cols):
                                     if np.isnan(got[c]) else ""))
 
 
-def _within(what: str, got: np.ndarray, want: np.ndarray, rtol: float, atol: float) -> None:
-    bad = ~(np.abs(got - want) <= rtol * np.abs(want) + atol)
-    if bad.any():
-        i = int(np.flatnonzero(bad.reshape(-1))[0])
-        raise GradeError(f"{what}: {int(bad.sum())} of {bad.size} values are wrong; first at flat index {i}: got "
-                         f"{got.reshape(-1)[i]!r}, expected {want.reshape(-1)[i]!r} (float64, within {rtol:.3g} "
-                         f"relative)")
-
-
 # a 16-bit value's rounding: half an ulp (bfloat16 2^-8 relative, float16 2^-11), a little more for tanhf's
 ROUNDING = {"bfloat16": 2.0 ** -8 * 1.05, "float16": 2.0 ** -11 * 1.5}
 
@@ -355,7 +346,7 @@ def test_column_sums_of_16bit_values(rows, cols):
         what = f"column_sums_16bit(x {rows} x {cols}, sums, {dtype!r})"
         launch_checked(what, partial(convert_module().column_sums_16bit, x16, sums, dtype))
         bound = rows * 2.0 ** -24 * np.abs(values).sum(axis=0) * 1.01 + 1e-30
-        _within(what, checks.to_host(sums).astype(np.float64), values.sum(axis=0), 0.0, bound)
+        checks.assert_close(sums, values.sum(axis=0), rtol=0.0, atol=bound, what=what)
 
 
 @pytest.mark.kernel("convert.cu", "gelu_to_bfloat16")
@@ -376,8 +367,8 @@ def test_gelu_in_16_bits(n):
                                                                         dtype))
         got = widen_host(checks.to_host(out).view(np.uint16), dtype).astype(np.float64)
         # the float32 formula loses digits where tanh is near -1 (1 + t cancels): about |x| 2^-24 absolute
-        _within(f"gelu_16bit of {n} elements ({dtype})", got, 0.5 * v * (1 + t), ROUNDING[dtype],
-                np.abs(v) * 2.0 ** -22 + 2.0 ** -24)
+        checks.assert_close(got, 0.5 * v * (1 + t), rtol=ROUNDING[dtype], atol=np.abs(v) * 2.0 ** -22 + 2.0 ** -24,
+                            what=f"gelu_16bit of {n} elements ({dtype})")
         g_bits = half_reference(g) if dtype == "float16" else bfloat16_reference(g)
         grad_in = checks.poison((n,), STORAGE[dtype])
         launch_checked(f"gelu_backward_16bit of {n} elements, {dtype!r}", partial(
@@ -385,8 +376,9 @@ def test_gelu_in_16_bits(n):
             dtype))
         got = widen_host(checks.to_host(grad_in).view(np.uint16), dtype).astype(np.float64)
         want = widen_host(g_bits, dtype).astype(np.float64) * slope
-        _within(f"gelu_backward_16bit of {n} elements ({dtype})", got, want, ROUNDING[dtype],
-                np.abs(widen_host(g_bits, dtype) * v) * 2.0 ** -21 + 2.0 ** -24)
+        checks.assert_close(got, want, rtol=ROUNDING[dtype],
+                            atol=np.abs(widen_host(g_bits, dtype) * v) * 2.0 ** -21 + 2.0 ** -24,
+                            what=f"gelu_backward_16bit of {n} elements ({dtype})")
 
 
 @pytest.mark.hint("convert.py checks its arguments, and names what it expected and what it got, before launching")

@@ -25,8 +25,8 @@ def gelu(x: Tensor, out_dtype: Any = None) -> Tensor:
     """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise. ``out_dtype`` (float16 or bfloat16, x
     float32): the result rounded to it, in one pass on cuda/emu (the same bits as gelu, then convert)."""
     device, dtype = check_tensors("gelu", x=x)
-    if out_dtype is not None and dtypes.resolve(out_dtype) != dtype:
-        out_dt = dtypes.resolve(out_dtype)
+    out_dt = dtype if out_dtype is None else dtypes.resolve(out_dtype)
+    if out_dt != dtype:
         if out_dt not in HALF or dtype != DTYPE:
             raise TypeError(f"gelu: out_dtype rounds a float32 x to float16 or bfloat16; got {dtype} -> {out_dt}")
         if device == "cpu" or not provides(CONVERT_FILE, "gelu_16bit"):  # (a convert.py from before it)

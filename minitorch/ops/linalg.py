@@ -131,6 +131,14 @@ def _adds_bias(choice: str) -> bool:
     return choice in BIAS_VARIANTS and accepts(HGEMM_FILE, "hgemm", "bias")
 
 
+def _epilogue_adds_bias(device: str, mnk: tuple[int, int, int], transpose_a: bool, transpose_b: bool) -> bool:
+    """Whether this product's one launch adds a bias as it stores C (not an empty product, not split along K, on a
+    rung that adds one)."""
+    m, n, k = mnk
+    return bool(m and n and k and split_k(m, n, k, transpose_a, transpose_b) == 1
+                and _adds_bias(_hgemm_choice(device, mnk, transpose_a, transpose_b)))
+
+
 def _hgemm(device: str, a: Any, b: Any, out: Any, compute: Any, transpose_a: bool, transpose_b: bool,
            mnk: tuple[int, int, int], bias: Any = None) -> bool:
     """One launch of the learner's ``hgemm.py`` (a matrix or a stack of them), on the variant the setting picks.
@@ -266,9 +274,7 @@ def _tensor_core_matmul(a: Tensor, b: Tensor, compute: Any, dtype: Any, mnk: tup
         c = np.matmul(a32.T if transpose_a else a32, b32.T if transpose_b else b32).astype(DTYPE)
         out = plus_bias(cpu_result(c, DTYPE))
         return out if dtype == DTYPE else convert(out, dtype)
-    if bias is not None and dtype != DTYPE and (not (m and n and k) or split_k(m, n, k, transpose_a, transpose_b) > 1
-                                                or not _adds_bias(_hgemm_choice(device, mnk, transpose_a,
-                                                                                transpose_b))):
+    if bias is not None and dtype != DTYPE and not _epilogue_adds_bias(device, mnk, transpose_a, transpose_b):
         # a 16-bit result whose bias no epilogue adds: the float32 result plus the bias, rounded once
         return convert(_tensor_core_matmul(a, b, compute, DTYPE, mnk, transpose_a, transpose_b, bias), dtype)
     if not (m and n and k):  # nothing to multiply: zeros (a sum of no products), nothing to launch

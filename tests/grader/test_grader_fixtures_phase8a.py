@@ -270,3 +270,18 @@ def test_launcher_calling_cupy_matmul_is_rejected(tmp_path):
                    device="cuda")
     [replay] = results(report, "test_results_come_from_your_kernels")
     assert_kernel_never_ran(results(report, "test_rung_values"), replay, "hgemm_5_pipeline", "hgemm.cu")
+
+
+GELU_VALUE = "    return 0.5f * v * (1.0f + tanhf(u));\n"  # convert.cu's gelu_value (Phase 7's formula)
+COLUMN_WIDEN = "                s[0] += from_16bit_bits<HALF>(w.x & 0xffffu);\n"  # column_sums_16bit's first column
+
+
+@needs_emu
+@pytest.mark.slow
+def test_16bit_gelu_or_column_sums_that_lose_a_term_are_rejected(tmp_path):
+    """The 16-bit GELU without its 1/2, and 16-bit column sums whose first column of each quad adds the second
+    value: the graded tests against float64 name the values that differ."""
+    rejected_for(tmp_path, "gelu", "convert.cu", GELU_VALUE, GELU_VALUE.replace("0.5f * ", ""),
+                 "test_gelu_in_16_bits", "values differ")
+    rejected_for(tmp_path, "sums", "convert.cu", COLUMN_WIDEN, COLUMN_WIDEN.replace("w.x & 0xffffu", "w.x >> 16"),
+                 "test_column_sums_of_16bit_values", "values differ")
